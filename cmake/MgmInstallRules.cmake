@@ -1,0 +1,23 @@
+# Install rules and the build-tree export, so find_package(MultiGpuMem) works against an install
+# prefix and against the build folder (MultiGpuMem_DIR=<build>).
+include(CMakePackageConfigHelpers)
+
+set(MGM_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/MultiGpuMem" CACHE STRING "Where the CMake package goes")
+
+install(
+  TARGETS multigpumem
+  EXPORT MultiGpuMemTargets
+  ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
+  LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
+  INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+install(DIRECTORY include/mgm DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+install(EXPORT MultiGpuMemTargets NAMESPACE MultiGpuMem:: DESTINATION "${MGM_INSTALL_CMAKEDIR}")
+
+configure_package_config_file(cmake/MultiGpuMemConfig.cmake.in "${PROJECT_BINARY_DIR}/MultiGpuMemConfig.cmake"
+                              INSTALL_DESTINATION "${MGM_INSTALL_CMAKEDIR}")
+write_basic_package_version_file("${PROJECT_BINARY_DIR}/MultiGpuMemConfigVersion.cmake"
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES "${PROJECT_BINARY_DIR}/MultiGpuMemConfig.cmake" "${PROJECT_BINARY_DIR}/MultiGpuMemConfigVersion.cmake"
+        DESTINATION "${MGM_INSTALL_CMAKEDIR}")
+
+export(EXPORT MultiGpuMemTargets NAMESPACE MultiGpuMem:: FILE "${PROJECT_BINARY_DIR}/MultiGpuMemTargets.cmake")

@@ -1,0 +1,43 @@
+/// @file
+/// @brief MultiGpuMem: memory management across all the GPUs of a machine. The umbrella header.
+///
+/// Where things are (bottom-up; each layer includes only the ones above it in this list):
+/// - core: `error.hpp` (exceptions, `MGM_` macros), `device.hpp` (`device_id`, `scoped_device`),
+///   `concepts.hpp` (the allocator concepts and the three platform seams), `properties.hpp`,
+///   `stream.hpp` (`stream_ref`), `bytes.hpp` (sizes as text), `log.hpp` (the log callback)
+/// - platform seams on CUDA: `platform/cuda_stream_ops.hpp`, `cuda_vmm_ops.hpp`, `cuda_peer_ops.hpp`
+/// - leaf allocators: `allocators/` (`cuda_allocator`, `cuda_async_allocator`,
+///   `pinned_host_allocator`, `managed_allocator`, `host_allocator`)
+/// - topology: `topology/topology.hpp`
+/// - the simulated machine: `sim/machine.hpp` (and its allocator, seams, faults, cost model)
+/// - interop: `interop/cuda_mr.hpp` (CCCL `cuda::mr`)
+#pragma once
+
+#include <mgm/bytes.hpp>
+#include <mgm/concepts.hpp>
+#include <mgm/device.hpp>
+#include <mgm/error.hpp>
+#include <mgm/log.hpp>
+#include <mgm/properties.hpp>
+#include <mgm/stream.hpp>
+
+#include <mgm/platform/cuda_peer_ops.hpp>
+#include <mgm/platform/cuda_stream_ops.hpp>
+#include <mgm/platform/cuda_vmm_ops.hpp>
+
+#include <mgm/allocators/cuda_allocator.hpp>
+#include <mgm/allocators/cuda_async_allocator.hpp>
+#include <mgm/allocators/host_allocator.hpp>
+#include <mgm/allocators/managed_allocator.hpp>
+#include <mgm/allocators/pinned_host_allocator.hpp>
+
+#include <mgm/topology/topology.hpp>
+
+#include <mgm/sim/machine.hpp>
+
+#include <mgm/interop/cuda_mr.hpp>
+
+/// @brief The library's version, as the CMake package reports it.
+#define MGM_VERSION_MAJOR 0
+#define MGM_VERSION_MINOR 1
+#define MGM_VERSION_PATCH 0

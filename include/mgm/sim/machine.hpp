@@ -1,0 +1,133 @@
+/// @file
+/// @brief `sim::machine`: a simulated multi-GPU machine, for tests, CI and capacity planning
+/// on hosts without a GPU.
+///
+/// Glossary:
+/// - *device memory*: one `mmap(MAP_NORESERVE)` range per device, as large as its capacity.
+///   Addresses are real; only touched pages cost host RAM, so an 8 x 141 GiB machine runs here.
+/// - *clock*: each device's virtual time in nanoseconds. It moves only by `advance`, or when the
+///   host waits (`synchronize`, an event's `synchronize`, a free that models `cudaFree`).
+/// - *tail*: when a stream's enqueued work completes; `enqueue(s, w)`: `tail = max(tail, now) + w`.
+/// - *modelled cost*: the `cost_model` charge of each platform call; never a measurement.
+///
+/// Invariants, per device d:
+/// - `used(d) == Σ live allocations (rounded to 256 B) + Σ unreleased physical VMM bytes`
+/// - `used(d) <= capacity(d)`; `free(d) == capacity(d) - used(d)`
+/// - an event recorded on stream s completes exactly when `now(d) >= tail(s)` at its recording.
+///
+/// Each device has its own lock, so devices driven from different threads do not serialise.
+#pragma once
+
+#include <mgm/device.hpp>
+#include <mgm/sim/cost_model.hpp>
+#include <mgm/sim/device_allocator.hpp>
+#include <mgm/sim/device_spec.hpp>
+#include <mgm/sim/fault_plan.hpp>
+#include <mgm/sim/peer_ops.hpp>
+#include <mgm/sim/stream_ops.hpp>
+#include <mgm/sim/vmm_ops.hpp>
+#include <mgm/stream.hpp>
+#include <mgm/topology/topology.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mgm::sim {
+
+namespace detail {
+class machine_state;
+}
+
+/// @brief A device's memory as `cudaMemGetInfo` and the allocator's own records see it.
+struct memory_info {
+  std::size_t total_bytes{0};
+  std::size_t used_bytes{0};
+  std::size_t free_bytes{0};
+  std::size_t peak_used_bytes{0};
+  std::size_t largest_free_bytes{0};  ///< the largest contiguous range `allocate` could return
+  std::size_t live_allocations{0};
+};
+
+/// @brief N simulated GPUs with their memory, streams, events, virtual memory, peer access,
+/// fault injection and cost model.
+///
+/// Movable, not copyable; allocators, seams and streams obtained from it stay valid across a
+/// move and must not outlive it. Memory still allocated when it is destroyed is unmapped.
+/// @code
+///   auto m = mgm::sim::machine::preset("dgx-h100");
+///   auto gpu3 = m.allocator(mgm::device_id{3});
+///   void* p = gpu3.allocate(1 << 20);
+/// @endcode
+/// **Thread safety:** every member is safe to call concurrently. **Device affinity:** explicit.
+class machine {
+ public:
+  /// @brief A preset by name (see `preset_names()`). @throws mgm::logic_error listing the names.
+  [[nodiscard]] static machine preset(std::string_view name);
+  /// @brief `dgx1-v100`, `dgx-a100`, `dgx-h100`, `hgx-h200`, `pcie-4gpu-mixed`.
+  [[nodiscard]] static std::span<const std::string_view> preset_names() noexcept;
+  /// @brief A preset name, or else a device list as `parse_device_list` reads it.
+  /// @throws mgm::parse_error (naming the column) when it is neither.
+  [[nodiscard]] static machine from_string(std::string_view preset_or_device_list);
+
+  /// @brief Devices as given; pairs are `PHB` apart on the same (or unknown) NUMA node, else `SYS`.
+  explicit machine(std::vector<device_spec> devices);
+  /// @brief Devices with an explicit topology (`links.gpu_count() == devices.size()`).
+  machine(std::vector<device_spec> devices, topology links, std::string name = "custom");
+  ~machine();
+  machine(machine&&) noexcept;
+  machine& operator=(machine&&) noexcept;
+  machine(const machine&) = delete;
+  machine& operator=(const machine&) = delete;
+
+  [[nodiscard]] int device_count() const noexcept;
+  [[nodiscard]] const std::string& name() const noexcept;
+  [[nodiscard]] const device_spec& spec(device_id d) const;
+  [[nodiscard]] const topology& links() const noexcept;
+
+  /// @brief The device's allocator (a handle). @throws mgm::logic_error when `d` is out of range.
+  [[nodiscard]] device_allocator allocator(device_id d) const;
+  [[nodiscard]] memory_info memory(device_id d) const;
+  /// @brief The device whose memory holds `p`, if any.
+  [[nodiscard]] std::optional<device_id> owner_of(const void* p) const noexcept;
+  /// @brief Frees given pointers the device did not hold (each also reported through `mgm::log`).
+  [[nodiscard]] std::uint64_t invalid_frees(device_id d) const;
+
+  /// @brief A new stream on `d`. The stream lives as long as the machine.
+  [[nodiscard]] stream_ref create_stream(device_id d);
+  /// @brief `d`'s default stream (what a null `stream_ref` means for `d`'s allocator).
+  [[nodiscard]] stream_ref default_stream(device_id d) const;
+  /// @brief The device a stream of this machine belongs to. @throws mgm::logic_error for a
+  /// null or foreign stream.
+  [[nodiscard]] device_id device_of(stream_ref s) const;
+  /// @brief Work of duration `work` on `s`: `tail(s) = max(tail(s), now) + work`.
+  void enqueue(stream_ref s, std::chrono::nanoseconds work);
+  /// @brief Moves `d`'s clock forward by `dt` (>= 0).
+  void advance(device_id d, std::chrono::nanoseconds dt);
+  [[nodiscard]] std::chrono::nanoseconds now(device_id d) const;
+  /// @brief The host waits for all of `d`'s work: `now = max(now, every tail)`.
+  void synchronize(device_id d);
+  /// @brief Starts / ends a (global-mode) graph capture on `s`.
+  void begin_capture(stream_ref s);
+  void end_capture(stream_ref s);
+
+  [[nodiscard]] sim::stream_ops streams() const noexcept;
+  [[nodiscard]] sim::vmm_ops vmm() const noexcept;
+  [[nodiscard]] sim::peer_ops peers() const noexcept;
+  [[nodiscard]] fault_plan faults(device_id d) const;
+
+  /// @brief The cost constants; set them before the machine is used from several threads.
+  [[nodiscard]] cost_model& costs() noexcept;
+  [[nodiscard]] modelled_costs modelled(device_id d) const;
+
+ private:
+  std::unique_ptr<detail::machine_state> state_;
+};
+
+}  // namespace mgm::sim

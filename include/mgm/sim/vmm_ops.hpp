@@ -1,0 +1,53 @@
+/// @file
+/// @brief `sim::vmm_ops`: the virtual-memory seam on the simulated machine.
+#pragma once
+
+#include <mgm/concepts.hpp>
+#include <mgm/device.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace mgm::sim {
+
+namespace detail {
+class machine_state;
+}
+
+/// @brief Virtual memory in 2 MiB granules, satisfying `mgm::vmm_ops`, with CUDA's rules.
+///
+/// `reserve` takes host address space (`PROT_NONE`, no memory); `create` charges the device's
+/// capacity exactly (`out_of_memory` past it; fault injection applies); `map` makes the range
+/// readable and writable host memory; `set_access` checks each reader may access the owner
+/// (itself, or a peer `peer_ops::can_access` allows); `unmap` returns the pages to the host and
+/// `release` the capacity once the handle is no longer mapped. Sizes and addresses that are not
+/// multiples of the granule, unknown handles and overlapping maps throw `mgm::cuda_error` with
+/// `cudaErrorInvalidValue`, as the driver fails. Invariant: per device,
+/// `Σ created bytes not yet freed + Σ allocator bytes <= capacity`.
+/// A handle to its machine. **Thread safety:** safe.
+class vmm_ops {
+ public:
+  using physical_handle = std::uint64_t;
+  static constexpr std::size_t granule_bytes = std::size_t{2} << 20;
+
+  explicit vmm_ops(detail::machine_state* machine) noexcept : machine_{machine} {}
+
+  [[nodiscard]] bool supported(device_id d);
+  [[nodiscard]] std::size_t granularity(device_id d);
+  [[nodiscard]] void* reserve(device_id d, std::size_t bytes);
+  void unreserve(void* va, std::size_t bytes) noexcept;
+  [[nodiscard]] physical_handle create(device_id d, std::size_t bytes);
+  void release(physical_handle h) noexcept;
+  void map(void* va, std::size_t bytes, physical_handle h);
+  void unmap(void* va, std::size_t bytes) noexcept;
+  void set_access(void* va, std::size_t bytes, std::span<const device_id> readers);
+
+  friend bool operator==(const vmm_ops&, const vmm_ops&) = default;
+
+ private:
+  detail::machine_state* machine_;
+};
+static_assert(mgm::vmm_ops<vmm_ops>);
+
+}  // namespace mgm::sim

@@ -1,0 +1,33 @@
+#include <mgm/log.hpp>
+
+#include <memory>
+#include <mutex>
+#include <utility>
+
+namespace mgm {
+namespace {
+std::mutex callback_mutex;
+std::shared_ptr<const log_callback> current;  // guarded by callback_mutex
+}  // namespace
+
+log_callback set_log_callback(log_callback callback) {
+  auto next = callback ? std::make_shared<const log_callback>(std::move(callback)) : nullptr;
+  const std::lock_guard lock{callback_mutex};
+  auto previous = std::exchange(current, std::move(next));
+  return previous ? *previous : log_callback{};
+}
+
+void log(log_level level, std::string_view message) noexcept {
+  std::shared_ptr<const log_callback> cb;
+  {
+    const std::lock_guard lock{callback_mutex};
+    cb = current;
+  }
+  if (!cb) return;
+  try {
+    (*cb)(level, message);
+  } catch (...) {  // a callback must not throw; if it does, the message is lost, not the process
+  }
+}
+
+}  // namespace mgm

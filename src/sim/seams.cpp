@@ -1,0 +1,379 @@
+// The simulated machine's three seams: streams and events, virtual memory, peer access.
+#include "machine_state.hpp"
+
+#include <mgm/bytes.hpp>
+#include <mgm/error.hpp>
+#include <mgm/log.hpp>
+#include <mgm/sim/peer_ops.hpp>
+#include <mgm/sim/stream_ops.hpp>
+#include <mgm/sim/vmm_ops.hpp>
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+namespace mgm::sim {
+
+// ---- streams and events --------------------------------------------------------------------
+
+namespace {
+detail::event_state& live_event(detail::device_state& dev, const event& e) {
+  MGM_EXPECTS(e.slot < dev.events.size() && dev.events[e.slot].live, "not a live simulated event");
+  return dev.events[e.slot];
+}
+void check_not_capturing(const detail::device_state& dev, const char* call) {
+  if (dev.capturing != 0) [[unlikely]] {
+    throw cuda_error{cudaErrorStreamCaptureUnsupported,
+                     std::string{call} + " while a stream of the device is capturing a graph: "
+                                         "cudaErrorStreamCaptureUnsupported (global capture mode)"};
+  }
+}
+}  // namespace
+
+event stream_ops::create_event(device_id d) {
+  auto& dev = machine_->device(d);
+  const std::lock_guard lock{dev.mutex};
+  machine_->check_alive(dev, d);
+  std::uint32_t slot = 0;
+  if (!dev.free_events.empty()) {
+    slot = dev.free_events.back();
+    dev.free_events.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(dev.events.size());
+    dev.events.emplace_back();
+  }
+  dev.events[slot] = {0, false, true};
+  return {static_cast<std::uint32_t>(d.index()), slot};
+}
+
+void stream_ops::record(event e, stream_ref s) {
+  const device_id d{static_cast<int>(e.device)};
+  auto& dev = machine_->device(d);
+  const auto key = machine_->decode(s, d);
+  MGM_EXPECTS(key.device == e.device, "cudaEventRecord: the stream and the event must be on the same device");
+  const std::lock_guard lock{dev.mutex};
+  machine_->check_alive(dev, d);
+  MGM_EXPECTS(key.index < dev.streams.size(), "unknown simulated stream");
+  auto& ev = live_event(dev, e);
+  ev.stamp_ns = dev.streams[key.index].tail_ns;
+  ev.recorded = true;
+}
+
+bool stream_ops::query(event e) {
+  const device_id d{static_cast<int>(e.device)};
+  auto& dev = machine_->device(d);
+  const std::lock_guard lock{dev.mutex};
+  machine_->check_alive(dev, d);
+  check_not_capturing(dev, "cudaEventQuery");
+  const auto& ev = live_event(dev, e);
+  return !ev.recorded || dev.now_ns >= ev.stamp_ns;
+}
+
+void stream_ops::wait(stream_ref s, event e) {
+  const device_id event_device{static_cast<int>(e.device)};
+  std::int64_t stamp = 0;
+  {
+    auto& dev = machine_->device(event_device);
+    const std::lock_guard lock{dev.mutex};
+    machine_->check_alive(dev, event_device);
+    const auto& ev = live_event(dev, e);
+    if (!ev.recorded) return;  // waiting on an unrecorded event is a no-op, as in CUDA
+    stamp = ev.stamp_ns;
+  }
+  const auto key = machine_->decode(s, event_device);
+  const device_id stream_device{static_cast<int>(key.device)};
+  auto& dev = machine_->device(stream_device);
+  const std::lock_guard lock{dev.mutex};
+  MGM_EXPECTS(key.index < dev.streams.size(), "unknown simulated stream");
+  auto& st = dev.streams[key.index];
+  st.tail_ns = std::max(st.tail_ns, stamp);
+}
+
+void stream_ops::synchronize(event e) {
+  const device_id d{static_cast<int>(e.device)};
+  auto& dev = machine_->device(d);
+  const std::lock_guard lock{dev.mutex};
+  machine_->check_alive(dev, d);
+  check_not_capturing(dev, "cudaEventSynchronize");
+  const auto& ev = live_event(dev, e);
+  if (ev.recorded) dev.now_ns = std::max(dev.now_ns, ev.stamp_ns);
+}
+
+void stream_ops::destroy_event(event e) noexcept {
+  try {
+    auto& dev = machine_->device(device_id{static_cast<int>(e.device)});
+    const std::lock_guard lock{dev.mutex};
+    live_event(dev, e).live = false;
+    dev.free_events.push_back(e.slot);
+  } catch (const std::exception& ex) {
+    log(log_level::error, std::string{"sim::stream_ops::destroy_event: "} + ex.what());
+  }
+}
+
+bool stream_ops::is_capturing(stream_ref s) {
+  if (s.get() == nullptr) return false;  // the legacy default stream is never captured
+  const auto key = machine_->decode_strict(s);
+  auto& dev = machine_->device(device_id{static_cast<int>(key.device)});
+  const std::lock_guard lock{dev.mutex};
+  MGM_EXPECTS(key.index < dev.streams.size(), "unknown simulated stream");
+  return dev.streams[key.index].capturing;
+}
+
+// ---- virtual memory ------------------------------------------------------------------------
+
+namespace {
+constexpr std::size_t granule = vmm_ops::granule_bytes;
+
+[[noreturn]] void invalid(const std::string& what) {
+  throw cuda_error{cudaErrorInvalidValue, "sim vmm: " + what + ": cudaErrorInvalidValue"};
+}
+void check_granular(std::uintptr_t va, std::size_t bytes, const char* call) {
+  if (bytes == 0 || bytes % granule != 0 || va % granule != 0) {
+    invalid(std::string{call} + ": address and size must be non-zero multiples of the 2 MiB granule");
+  }
+}
+std::string hex(std::uintptr_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+}  // namespace
+
+bool vmm_ops::supported(device_id d) {
+  (void)machine_->device(d);
+  return true;
+}
+
+std::size_t vmm_ops::granularity(device_id d) {
+  (void)machine_->device(d);
+  return granule;
+}
+
+void* vmm_ops::reserve(device_id d, std::size_t bytes) {
+  (void)machine_->device(d);
+  check_granular(0, bytes, "reserve");
+  MGM_EXPECTS(bytes <= (std::size_t{1} << 46), "sim vmm: reservation too large");
+  void* raw = ::mmap(nullptr, bytes + granule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) throw bad_alloc{"sim vmm: cannot reserve " + format_bytes(bytes) + " of address space"};
+  const auto begin = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = (begin + granule - 1) & ~(granule - 1);
+  if (aligned > begin) ::munmap(raw, aligned - begin);
+  const std::uintptr_t end = begin + bytes + granule;
+  if (end > aligned + bytes) ::munmap(reinterpret_cast<void*>(aligned + bytes), end - aligned - bytes);
+  const std::lock_guard lock{machine_->vmm_mutex};
+  machine_->reservations.emplace(aligned, bytes);
+  return reinterpret_cast<void*>(aligned);
+}
+
+void vmm_ops::unreserve(void* va, std::size_t bytes) noexcept {
+  const auto base = reinterpret_cast<std::uintptr_t>(va);
+  std::string problem;
+  {
+    const std::lock_guard lock{machine_->vmm_mutex};
+    const auto it = machine_->reservations.find(base);
+    if (it == machine_->reservations.end() || it->second != bytes) {
+      problem = "unreserve(" + hex(base) + ", " + std::to_string(bytes) + ") does not match a reservation";
+    } else {
+      const auto m = machine_->mappings.lower_bound(base);
+      if (m != machine_->mappings.end() && m->first < base + bytes) {
+        problem = "unreserve(" + hex(base) + ") of a range that is still mapped at " + hex(m->first);
+      } else {
+        machine_->reservations.erase(it);
+        ::munmap(va, bytes);
+      }
+    }
+  }
+  if (!problem.empty()) log(log_level::error, "sim vmm: " + problem + "; nothing was changed");
+}
+
+vmm_ops::physical_handle vmm_ops::create(device_id d, std::size_t bytes) {
+  auto& dev = machine_->device(d);
+  check_granular(0, bytes, "create");
+  const std::lock_guard vmm_lock{machine_->vmm_mutex};
+  {
+    const std::lock_guard lock{dev.mutex};
+    machine_->check_alive(dev, d);
+    dev.costs.vmm_creates += 1;
+    dev.costs.upstream_time += machine_->costs.vmm_create;
+    if (dev.faults.should_fail()) machine_->throw_out_of_memory(dev, d, bytes, "creating physical memory of", true);
+    if (bytes > dev.capacity - dev.used) {
+      machine_->throw_out_of_memory(dev, d, bytes, "creating physical memory of", false);
+    }
+    dev.used += bytes;
+    dev.peak_used = std::max(dev.peak_used, dev.used);
+  }
+  const auto h = machine_->next_handle++;
+  machine_->physical.emplace(h, detail::physical_allocation{d, bytes});
+  return h;
+}
+
+void vmm_ops::release(physical_handle h) noexcept {
+  std::string problem;
+  try {
+    const std::lock_guard lock{machine_->vmm_mutex};
+    const auto it = machine_->physical.find(h);
+    if (it == machine_->physical.end() || it->second.released) {
+      problem = "release of unknown or already released handle " + std::to_string(h);
+    } else {
+      it->second.released = true;
+      if (it->second.mappings == 0) {
+        machine_->uncharge(it->second.device, it->second.bytes);
+        machine_->physical.erase(it);
+      }
+    }
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  if (!problem.empty()) log(log_level::error, "sim vmm: " + problem);
+}
+
+void vmm_ops::map(void* va, std::size_t bytes, physical_handle h) {
+  const auto base = reinterpret_cast<std::uintptr_t>(va);
+  check_granular(base, bytes, "map");
+  const std::lock_guard lock{machine_->vmm_mutex};
+  auto r = machine_->reservations.upper_bound(base);
+  if (r == machine_->reservations.begin() || (--r, base + bytes > r->first + r->second)) {
+    invalid("map(" + hex(base) + ", " + format_bytes(bytes) + ") outside any reservation");
+  }
+  const auto next = machine_->mappings.lower_bound(base);
+  if (next != machine_->mappings.end() && next->first < base + bytes) invalid("map over a mapped range at " + hex(next->first));
+  if (next != machine_->mappings.begin()) {
+    const auto prev = std::prev(next);
+    if (prev->first + prev->second.bytes > base) invalid("map over a mapped range at " + hex(prev->first));
+  }
+  const auto p = machine_->physical.find(h);
+  if (p == machine_->physical.end() || p->second.released) invalid("map of unknown or released handle " + std::to_string(h));
+  if (bytes > p->second.bytes) invalid("map of " + format_bytes(bytes) + " from a handle of " + format_bytes(p->second.bytes));
+  // Mapped memory stays inaccessible (PROT_NONE) until set_access, as on a GPU.
+  machine_->mappings.emplace(base, detail::mapping{bytes, h});
+  ++p->second.mappings;
+  auto& dev = machine_->device(p->second.device);
+  const std::lock_guard dev_lock{dev.mutex};
+  dev.costs.vmm_maps += 1;
+  dev.costs.upstream_time += machine_->costs.vmm_map;
+}
+
+void vmm_ops::unmap(void* va, std::size_t bytes) noexcept {
+  const auto base = reinterpret_cast<std::uintptr_t>(va);
+  std::string problem;
+  try {
+    const std::lock_guard lock{machine_->vmm_mutex};
+    // The range must consist of whole mappings (cuMemUnmap cannot split one).
+    auto it = machine_->mappings.lower_bound(base);
+    std::uintptr_t cursor = base;
+    bool whole = it != machine_->mappings.end() && it->first == base;
+    for (auto j = it; whole && cursor < base + bytes; ++j) {
+      whole = j != machine_->mappings.end() && j->first == cursor && cursor + j->second.bytes <= base + bytes;
+      if (whole) cursor += j->second.bytes;
+    }
+    if (!whole || cursor != base + bytes) {
+      problem = "unmap(" + hex(base) + ", " + std::to_string(bytes) + ") does not cover whole mappings; nothing unmapped";
+    } else {
+      ::madvise(va, bytes, MADV_DONTNEED);
+      ::mprotect(va, bytes, PROT_NONE);
+      while (it != machine_->mappings.end() && it->first < base + bytes) {
+        auto p = machine_->physical.find(it->second.handle);
+        if (p != machine_->physical.end() && --p->second.mappings == 0 && p->second.released) {
+          machine_->uncharge(p->second.device, p->second.bytes);
+          machine_->physical.erase(p);
+        }
+        it = machine_->mappings.erase(it);
+      }
+    }
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  if (!problem.empty()) log(log_level::error, "sim vmm: " + problem);
+}
+
+void vmm_ops::set_access(void* va, std::size_t bytes, std::span<const device_id> readers) {
+  const auto base = reinterpret_cast<std::uintptr_t>(va);
+  check_granular(base, bytes, "set_access");
+  const std::lock_guard lock{machine_->vmm_mutex};
+  auto it = machine_->mappings.upper_bound(base);
+  if (it == machine_->mappings.begin()) invalid("set_access on an unmapped range at " + hex(base));
+  --it;
+  std::uintptr_t cursor = base;
+  for (; cursor < base + bytes; ++it) {
+    if (it == machine_->mappings.end() || it->first > cursor || it->first + it->second.bytes <= cursor) {
+      invalid("set_access on an unmapped range at " + hex(cursor));
+    }
+    const device_id owner = machine_->physical.at(it->second.handle).device;
+    for (const device_id r : readers) {
+      if (!machine_->can_access(r, owner)) {
+        throw cuda_error{cudaErrorPeerAccessUnsupported,
+                         "sim vmm: set_access: " + machine_->describe(r) + " cannot access memory of " +
+                             machine_->describe(owner) + ": cudaErrorPeerAccessUnsupported"};
+      }
+    }
+    cursor = it->first + it->second.bytes;
+  }
+  ::mprotect(va, bytes, readers.empty() ? PROT_NONE : PROT_READ | PROT_WRITE);
+}
+
+// ---- peer access ---------------------------------------------------------------------------
+
+namespace {
+std::size_t connections_locked(const detail::machine_state& m, std::size_t d) {
+  const std::size_t n = m.devices.size();
+  std::size_t c = 0;
+  for (std::size_t x = 0; x < n; ++x) {
+    if (x != d && (m.peer_enabled[d * n + x] != 0 || m.peer_enabled[x * n + d] != 0)) ++c;
+  }
+  return c;
+}
+}  // namespace
+
+bool peer_ops::can_access(device_id accessor, device_id owner) { return machine_->can_access(accessor, owner); }
+
+void peer_ops::enable(device_id accessor, device_id owner) {
+  if (!machine_->can_access(accessor, owner)) {
+    throw cuda_error{cudaErrorPeerAccessUnsupported, "cudaDeviceEnablePeerAccess: " + machine_->describe(accessor) +
+                                                         " cannot access " + machine_->describe(owner) + " (path " +
+                                                         machine_->links.path(accessor, owner).label() +
+                                                         "): cudaErrorPeerAccessUnsupported"};
+  }
+  if (accessor == owner) return;
+  machine_->check_alive(machine_->device(accessor), accessor);
+  const std::size_t n = machine_->devices.size();
+  const std::lock_guard lock{machine_->peer_mutex};
+  auto& flag = machine_->peer_enabled[accessor.index() * n + owner.index()];
+  if (flag != 0) return;  // already enabled: success, as callers of CUDA treat it
+  const bool new_pair = machine_->peer_enabled[owner.index() * n + accessor.index()] == 0;
+  if (new_pair) {
+    for (const device_id d : {accessor, owner}) {
+      if (connections_locked(*machine_, d.index()) >= max_peers) {
+        throw cuda_error{cudaErrorTooManyPeers, "cudaDeviceEnablePeerAccess(" + std::to_string(owner.value()) +
+                                                    ") from " + machine_->describe(accessor) + ": " +
+                                                    machine_->describe(d) + " already has " +
+                                                    std::to_string(max_peers) + " peers: cudaErrorTooManyPeers"};
+      }
+    }
+  }
+  flag = 1;
+}
+
+void peer_ops::disable(device_id accessor, device_id owner) {
+  (void)machine_->device(accessor);
+  (void)machine_->device(owner);
+  const std::lock_guard lock{machine_->peer_mutex};
+  machine_->peer_enabled[accessor.index() * machine_->devices.size() + owner.index()] = 0;
+}
+
+bool peer_ops::is_enabled(device_id accessor, device_id owner) {
+  (void)machine_->device(accessor);
+  (void)machine_->device(owner);
+  if (accessor == owner) return true;
+  const std::lock_guard lock{machine_->peer_mutex};
+  return machine_->peer_enabled[accessor.index() * machine_->devices.size() + owner.index()] != 0;
+}
+
+std::size_t peer_ops::connections(device_id d) {
+  (void)machine_->device(d);
+  const std::lock_guard lock{machine_->peer_mutex};
+  return connections_locked(*machine_, d.index());
+}
+
+}  // namespace mgm::sim

@@ -1,0 +1,176 @@
+// The CUDA leaf allocators and seams on a real device (label gpu).
+#include "conformance.hpp"
+
+#include <mgm/allocators/cuda_allocator.hpp>
+#include <mgm/allocators/cuda_async_allocator.hpp>
+#include <mgm/allocators/managed_allocator.hpp>
+#include <mgm/allocators/pinned_host_allocator.hpp>
+#include <mgm/device.hpp>
+#include <mgm/platform/cuda_peer_ops.hpp>
+#include <mgm/platform/cuda_stream_ops.hpp>
+#include <mgm/platform/cuda_vmm_ops.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+// Defined in nvcc_headers.cu: fills n bytes with `value` in a kernel and waits for it.
+void mgm_test_fill_on_device(void* p, std::size_t n, unsigned char value);
+
+namespace {
+
+void touch_device(void* p, std::size_t bytes) {
+  mgm_test_fill_on_device(p, bytes, 0x3C);
+  unsigned char first = 0;
+  unsigned char last = 0;
+  REQUIRE(cudaMemcpy(&first, p, 1, cudaMemcpyDeviceToHost) == cudaSuccess);
+  REQUIRE(cudaMemcpy(&last, static_cast<unsigned char*>(p) + bytes - 1, 1, cudaMemcpyDeviceToHost) == cudaSuccess);
+  REQUIRE(first == 0x3C);
+  REQUIRE(last == 0x3C);
+}
+
+struct stream_holder {
+  cudaStream_t s{};
+  stream_holder() { REQUIRE(cudaStreamCreate(&s) == cudaSuccess); }
+  ~stream_holder() { (void)cudaStreamDestroy(s); }
+};
+
+struct cuda_fixture {
+  using allocator_type = mgm::cuda_allocator;
+  static constexpr bool exact_oom = true;
+  stream_holder h;
+  allocator_type make() { return allocator_type{mgm::device_id{0}}; }
+  mgm::stream_ref stream() { return h.s; }
+  void touch(void* p, std::size_t n) { touch_device(p, n); }
+};
+struct async_fixture {
+  using allocator_type = mgm::cuda_async_allocator;
+  static constexpr bool exact_oom = false;  // the driver may answer SIZE_MAX with another error
+  stream_holder h;
+  allocator_type make() { return allocator_type{mgm::device_id{0}}; }
+  mgm::stream_ref stream() { return h.s; }
+  void touch(void* p, std::size_t n) {
+    REQUIRE(cudaStreamSynchronize(h.s) == cudaSuccess);
+    touch_device(p, n);
+  }
+};
+struct pinned_fixture {
+  using allocator_type = mgm::pinned_host_allocator;
+  static constexpr bool exact_oom = false;
+  stream_holder h;
+  allocator_type make() { return allocator_type{mgm::device_id{0}}; }
+  mgm::stream_ref stream() { return h.s; }
+  void touch(void* p, std::size_t n) {
+    std::memset(p, 0x11, n);
+    touch_device(p, n);  // mapped: a kernel reaches it too
+  }
+};
+struct managed_fixture {
+  using allocator_type = mgm::managed_allocator;
+  static constexpr bool exact_oom = false;
+  stream_holder h;
+  allocator_type make() { return allocator_type{mgm::device_id{0}}; }
+  mgm::stream_ref stream() { return h.s; }
+  void touch(void* p, std::size_t n) {
+    touch_device(p, n);
+    REQUIRE(static_cast<unsigned char*>(p)[n - 1] == 0x3C);  // and the host reads it
+  }
+};
+
+using cuda_fixtures = std::tuple<cuda_fixture, async_fixture, pinned_fixture, managed_fixture>;
+
+}  // namespace
+
+MGM_CONFORMANCE_SUITE("cuda", cuda_fixtures)
+
+TEST_CASE("cudaMalloc failure is out_of_memory naming the size", "[gpu]") {
+  mgm::cuda_allocator a{mgm::device_id{0}};
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess);
+  try {
+    (void)a.allocate(total * 2);
+    FAIL("no exception");
+  } catch (const mgm::out_of_memory& e) {
+    REQUIRE(e.requested_bytes() == total * 2);
+    REQUIRE(std::string{e.what()}.find("device 0") != std::string::npos);
+  }
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  a.deallocate(a.allocate(1024), 1024);
+}
+
+TEST_CASE("a device out of range is a clear error", "[gpu]") {
+  const int n = mgm::device_count();
+  mgm::cuda_allocator a{mgm::device_id{n + 3}};
+  try {
+    (void)a.allocate(256);
+    FAIL("no exception");
+  } catch (const mgm::cuda_error& e) {
+    REQUIRE(e.code() == cudaErrorInvalidDevice);
+  }
+  REQUIRE(mgm::current_device() == mgm::device_id{0});  // unchanged
+}
+
+TEST_CASE("scoped_device switches and restores", "[gpu]") {
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  const int last = mgm::device_count() - 1;
+  {
+    const mgm::scoped_device on{mgm::device_id{last}};
+    REQUIRE(mgm::current_device() == mgm::device_id{last});
+  }
+  REQUIRE(mgm::current_device() == mgm::device_id{0});
+}
+
+TEST_CASE("the CUDA stream seam: events order streams", "[gpu]") {
+  mgm::cuda_stream_ops ops;
+  stream_holder a;
+  stream_holder b;
+  auto e = ops.create_event(mgm::device_id{0});
+  REQUIRE(ops.query(e));
+  ops.record(e, a.s);
+  ops.wait(b.s, e);
+  ops.synchronize(e);
+  REQUIRE(ops.query(e));
+  REQUIRE_FALSE(ops.is_capturing(a.s));
+  REQUIRE(cudaStreamBeginCapture(a.s, cudaStreamCaptureModeRelaxed) == cudaSuccess);
+  REQUIRE(ops.is_capturing(a.s));
+  cudaGraph_t g{};
+  REQUIRE(cudaStreamEndCapture(a.s, &g) == cudaSuccess);
+  (void)cudaGraphDestroy(g);
+  ops.destroy_event(e);
+}
+
+TEST_CASE("the CUDA virtual-memory seam maps granules", "[gpu]") {
+  mgm::cuda_vmm_ops vmm;
+  const mgm::device_id d{0};
+  if (!vmm.supported(d)) {
+    WARN("device 0 does not support virtual memory management");
+    return;
+  }
+  const std::size_t g = vmm.granularity(d);
+  REQUIRE(g > 0);
+  void* va = vmm.reserve(d, 4 * g);
+  const auto h = vmm.create(d, 2 * g);
+  vmm.map(va, 2 * g, h);
+  const std::vector<mgm::device_id> readers{d};
+  vmm.set_access(va, 2 * g, readers);
+  touch_device(va, 2 * g);
+  vmm.unmap(va, 2 * g);
+  vmm.release(h);
+  vmm.unreserve(va, 4 * g);
+}
+
+TEST_CASE("the CUDA peer seam: already enabled is success", "[gpu]") {
+  mgm::cuda_peer_ops peers;
+  REQUIRE(peers.can_access(mgm::device_id{0}, mgm::device_id{0}));
+  if (mgm::device_count() < 2 || !peers.can_access(mgm::device_id{0}, mgm::device_id{1})) {
+    SUCCEED("fewer than two peer-capable devices");
+    return;
+  }
+  peers.enable(mgm::device_id{0}, mgm::device_id{1});
+  REQUIRE_NOTHROW(peers.enable(mgm::device_id{0}, mgm::device_id{1}));
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  peers.disable(mgm::device_id{0}, mgm::device_id{1});
+}
