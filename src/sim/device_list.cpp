@@ -33,6 +33,7 @@ std::vector<device_spec> parse_device_list(std::string_view text) {
     std::string_view item = trim(text.substr(start, end - start), column);
     if (item.empty()) fail(text, column, "expected a device such as '2x80GiB' or '24GiB:RTX 4090'");
 
+    const std::size_t item_column = column;
     std::size_t count = 1;
     const std::size_t x = item.find_first_of("xX");
     const std::size_t colon = item.find(':');
@@ -63,7 +64,7 @@ std::vector<device_spec> parse_device_list(std::string_view text) {
       if (n.empty()) fail(text, name_column, "an empty device name after ':'");
       name = std::string{n};
     }
-    if (devices.size() + count > max_devices) fail(text, column, "more than " + std::to_string(max_devices) + " devices");
+    if (devices.size() + count > max_devices) fail(text, item_column, "more than " + std::to_string(max_devices) + " devices");
     for (std::size_t i = 0; i < count; ++i) devices.push_back({name, bytes, 90, std::nullopt, true});
     if (comma == std::string_view::npos) break;
     start = comma + 1;

@@ -23,7 +23,11 @@ class host_allocator {
   [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = alignof(std::max_align_t)) {
     detail::check_alignment(alignment, static_cast<std::size_t>(1) << 30, "host_allocator");
     if (bytes == 0) return nullptr;
-    void* p = ::operator new(bytes, std::align_val_t{alignment}, std::nothrow);
+    // libstdc++'s aligned new rounds the size up to the alignment and can wrap around to a tiny
+    // block: a size that cannot be rounded is refused here.
+    void* p = bytes <= static_cast<std::size_t>(-1) - alignment
+                  ? ::operator new(bytes, std::align_val_t{alignment}, std::nothrow)
+                  : nullptr;
     if (p == nullptr) [[unlikely]] {
       throw out_of_memory{"host_allocator: out of host memory allocating " + detail::describe_bytes(bytes), bytes};
     }
