@@ -75,14 +75,16 @@ int main(int argc, char** argv) try {
   }
   std::printf("(clock: the device's virtual time; cudaMalloc+Free: modelled at 66 us and 42 us per call)\n");
 
-  std::printf("\nPeer access (CUDA's rules on these links):\n");
+  std::printf("\nPeer access, row -> column (CUDA's rules: NVLink, or PCIe below the CPU on boards that allow it):\n      ");
   auto peers = m.peers();
+  for (int b = 0; b < m.device_count(); ++b) std::printf("%-6s", ("GPU" + std::to_string(b)).c_str());
+  std::printf("\n");
   for (int a = 0; a < m.device_count(); ++a) {
+    std::printf("GPU%-3d", a);
     for (int b = 0; b < m.device_count(); ++b) {
-      if (a == b) continue;
-      std::printf("  GPU%d -> GPU%d: %s\n", a, b,
-                  peers.can_access(mgm::device_id{a}, mgm::device_id{b}) ? "yes" : "no");
+      std::printf("%-6s", a == b ? "-" : peers.can_access(mgm::device_id{a}, mgm::device_id{b}) ? "yes" : "no");
     }
+    std::printf("\n");
   }
 
   const mgm::device_id smallest{m.device_count() - 1};

@@ -1,5 +1,6 @@
-// Every public header compiled by nvcc, with the templates instantiated for the CUDA allocators,
-// and the one kernel the GPU tests use.
+// Every public header compiled by nvcc (the cuda::mr bridge included), with the templates
+// instantiated for the CUDA allocators, and the one kernel the GPU tests use.
+#define LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
 #include <mgm/mgm.hpp>
 
 #include <cuda_runtime_api.h>
@@ -26,6 +27,9 @@ static_assert(instantiate<mgm::pinned_host_allocator>());
 static_assert(instantiate<mgm::managed_allocator>());
 static_assert(instantiate<mgm::sim::device_allocator>());
 static_assert(mgm::allocator<mgm::host_allocator>);
+static_assert(mgm::cuda_mr_device_resource<mgm::cuda_allocator>);
+static_assert(mgm::cuda_mr_device_resource<mgm::cuda_async_allocator>);
+static_assert(mgm::cuda_mr_device_resource<mgm::sim::device_allocator>);
 
 }  // namespace
 

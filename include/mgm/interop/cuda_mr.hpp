@@ -23,26 +23,30 @@
 
 #include <concepts>
 
-namespace mgm {
-
 // The tag is a template parameter checked first, so that looking up our own tags never
-// considers these overloads (which would make has_property depend on itself).
-template <class A, class Tag>
-  requires std::same_as<Tag, ::cuda::mr::device_accessible> && has_property<A, device_accessible>
-constexpr void get_property(const A&, Tag) noexcept {}
+// considers these overloads (which would make has_property depend on itself). They are declared
+// in each namespace that holds allocators: nvcc's front end does not let argument-dependent
+// lookup see them through a using-declaration.
+#define MGM_DETAIL_CUDA_MR_BRIDGE                                                                   \
+  template <class A, class Tag>                                                                   \
+    requires std::same_as<Tag, ::cuda::mr::device_accessible> && ::mgm::has_property<A, ::mgm::device_accessible> \
+  constexpr void get_property(const A&, Tag) noexcept {}                                          \
+  template <class A, class Tag>                                                                   \
+    requires std::same_as<Tag, ::cuda::mr::host_accessible> && ::mgm::has_property<A, ::mgm::host_accessible> \
+  constexpr void get_property(const A&, Tag) noexcept {}
 
-template <class A, class Tag>
-  requires std::same_as<Tag, ::cuda::mr::host_accessible> && has_property<A, host_accessible>
-constexpr void get_property(const A&, Tag) noexcept {}
+namespace mgm {
+MGM_DETAIL_CUDA_MR_BRIDGE
 
 /// @brief `A` is a CCCL 3.0 stream-ordered resource whose memory kernels can use.
 template <class A>
 concept cuda_mr_device_resource = ::cuda::mr::async_resource_with<A, ::cuda::mr::device_accessible>;
-
 }  // namespace mgm
 
 namespace mgm::sim {
-using mgm::get_property;  // so that lookup from the simulator's allocators finds the bridge too
+MGM_DETAIL_CUDA_MR_BRIDGE
 }  // namespace mgm::sim
+
+#undef MGM_DETAIL_CUDA_MR_BRIDGE
 
 #endif  // LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
