@@ -8,6 +8,8 @@
 /// - platform seams on CUDA: `platform/cuda_stream_ops.hpp`, `cuda_vmm_ops.hpp`, `cuda_peer_ops.hpp`
 /// - leaf allocators: `allocators/` (`cuda_allocator`, `cuda_async_allocator`,
 ///   `pinned_host_allocator`, `managed_allocator`, `host_allocator`)
+/// - the caching pool: `pool/caching_pool.hpp` (its design comment is the place to start),
+///   `pool/multi_device_pool.hpp`, options (`MGM_ALLOC_CONF`), statistics, snapshots
 /// - topology: `topology/topology.hpp`
 /// - the simulated machine: `sim/machine.hpp` (and its allocator, seams, faults, cost model)
 /// - interop: `interop/cuda_mr.hpp` (CCCL `cuda::mr`)
@@ -30,6 +32,15 @@
 #include <mgm/allocators/host_allocator.hpp>
 #include <mgm/allocators/managed_allocator.hpp>
 #include <mgm/allocators/pinned_host_allocator.hpp>
+
+#include <mgm/allocator_ref.hpp>
+#include <mgm/tag.hpp>
+
+#include <mgm/pool/caching_pool.hpp>
+#include <mgm/pool/multi_device_pool.hpp>
+#include <mgm/pool/pool_options.hpp>
+#include <mgm/pool/pool_snapshot.hpp>
+#include <mgm/pool/pool_statistics.hpp>
 
 #include <mgm/topology/topology.hpp>
 

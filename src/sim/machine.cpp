@@ -76,11 +76,15 @@ machine_state::machine_state(std::vector<device_spec> specs, topology topo, std:
     auto dev = std::make_unique<device_state>();
     dev->spec = std::move(specs[i]);
     dev->capacity = dev->spec.memory_bytes & ~(allocation_granule - 1);
-    dev->space = address_space{dev->capacity};
+    // A GPU's driver maps physical pages into a virtual range, so cudaMalloc does not fail for
+    // want of contiguous memory while enough is free. Twice the capacity of address space gives
+    // the simulator the same property in practice; capacity is charged separately and exactly.
+    dev->address_bytes = 2 * dev->capacity;
+    dev->space = address_space{dev->address_bytes};
     try {
-      dev->base = map_device_memory(dev->capacity, "sim device " + std::to_string(i));
+      dev->base = map_device_memory(dev->address_bytes, "sim device " + std::to_string(i));
     } catch (...) {
-      for (auto& d : devices) ::munmap(d->base, d->capacity);
+      for (auto& d : devices) ::munmap(d->base, d->address_bytes);
       throw;
     }
     devices.push_back(std::move(dev));
@@ -90,7 +94,7 @@ machine_state::machine_state(std::vector<device_spec> specs, topology topo, std:
 
 machine_state::~machine_state() {
   for (auto& [va, bytes] : reservations) ::munmap(reinterpret_cast<void*>(va), bytes);
-  for (auto& dev : devices) ::munmap(dev->base, dev->capacity);
+  for (auto& dev : devices) ::munmap(dev->base, dev->address_bytes);
 }
 
 device_state& machine_state::device(device_id d) const {
@@ -202,7 +206,7 @@ void machine_state::deallocate(device_id d, void* p, std::size_t bytes, const st
       const auto owner = [&]() -> std::string {
         const auto* b = static_cast<const std::byte*>(p);
         for (std::size_t i = 0; i < devices.size(); ++i) {
-          if (b >= devices[i]->base && b < devices[i]->base + devices[i]->capacity) {
+          if (b >= devices[i]->base && b < devices[i]->base + devices[i]->address_bytes) {
             return i == d.index() ? std::string{"it lies in this device's memory but is not a live allocation "
                                                 "(already freed, or not the start of a block)"}
                                   : "it belongs to sim device " + std::to_string(i);
@@ -337,14 +341,15 @@ device_allocator machine::allocator(device_id d) const {
 memory_info machine::memory(device_id d) const {
   const auto& dev = state_->device(d);
   const std::lock_guard lock{dev.mutex};
-  return {dev.capacity, dev.used, dev.capacity - dev.used, dev.peak_used, dev.space.largest_free(), dev.live.size()};
+  return {dev.capacity, dev.used, dev.capacity - dev.used, dev.peak_used,
+          std::min(dev.capacity - dev.used, dev.space.largest_free()), dev.live.size()};
 }
 
 std::optional<device_id> machine::owner_of(const void* p) const noexcept {
   const auto* b = static_cast<const std::byte*>(p);
   for (std::size_t i = 0; i < state_->devices.size(); ++i) {
     const auto& dev = *state_->devices[i];
-    if (b >= dev.base && b < dev.base + dev.capacity) return device_id{static_cast<int>(i)};
+    if (b >= dev.base && b < dev.base + dev.address_bytes) return device_id{static_cast<int>(i)};
   }
   return std::nullopt;
 }
@@ -452,6 +457,12 @@ void* device_allocator::allocate_async(std::size_t bytes, std::size_t alignment,
 void device_allocator::deallocate_async(void* p, std::size_t bytes, std::size_t /*alignment*/,
                                         stream_ref stream) noexcept {
   machine_->deallocate(device_, p, bytes, &stream);
+}
+
+std::size_t device_allocator::free_bytes() const {
+  const auto& dev = machine_->device(device_);
+  const std::lock_guard lock{dev.mutex};
+  return dev.capacity - dev.used;
 }
 
 // ---- fault_plan ----------------------------------------------------------------------------

@@ -49,7 +49,8 @@ struct fault_state {
 struct device_state {
   device_spec spec;
   std::byte* base{nullptr};
-  std::size_t capacity{0};
+  std::size_t capacity{0};       // bytes that can be allocated (charged) at once
+  std::size_t address_bytes{0};  // the mapped range: twice the capacity (see map_device_memory)
 
   mutable std::mutex mutex;
   std::size_t used{0};

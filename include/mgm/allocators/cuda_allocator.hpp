@@ -61,6 +61,14 @@ class cuda_allocator {
   }
 
   [[nodiscard]] device_id device() const noexcept { return device_; }
+  /// @brief The device's free memory (`cudaMemGetInfo`).
+  [[nodiscard]] std::size_t free_bytes() const {
+    const scoped_device on{device_};
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    MGM_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return free_bytes;
+  }
   [[nodiscard]] stream_ops_type stream_ops() const noexcept { return {}; }
 
   friend bool operator==(const cuda_allocator& a, const cuda_allocator& b) noexcept { return a.device_ == b.device_; }

@@ -44,6 +44,8 @@ class device_allocator {
   void deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept;
 
   [[nodiscard]] device_id device() const noexcept { return device_; }
+  /// @brief The device's free memory (`cudaMemGetInfo`'s first figure).
+  [[nodiscard]] std::size_t free_bytes() const;
   [[nodiscard]] stream_ops_type stream_ops() const noexcept { return stream_ops_type{machine_}; }
 
   friend bool operator==(const device_allocator&, const device_allocator&) = default;

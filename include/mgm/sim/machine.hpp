@@ -3,7 +3,8 @@
 /// on hosts without a GPU.
 ///
 /// Glossary:
-/// - *device memory*: one `mmap(MAP_NORESERVE)` range per device, as large as its capacity.
+/// - *device memory*: one `mmap(MAP_NORESERVE)` range per device, twice its capacity (so that,
+///   as on a GPU, scattered free memory can still be allocated in one piece).
 ///   Addresses are real; only touched pages cost host RAM, so an 8 x 141 GiB machine runs here.
 /// - *clock*: each device's virtual time in nanoseconds. It moves only by `advance`, or when the
 ///   host waits (`synchronize`, an event's `synchronize`, a free that models `cudaFree`).
@@ -51,7 +52,7 @@ struct memory_info {
   std::size_t used_bytes{0};
   std::size_t free_bytes{0};
   std::size_t peak_used_bytes{0};
-  std::size_t largest_free_bytes{0};  ///< the largest contiguous range `allocate` could return
+  std::size_t largest_free_bytes{0};  ///< the largest single allocation that would succeed now
   std::size_t live_allocations{0};
 };
 

@@ -1,0 +1,730 @@
+/// @file
+/// @brief `caching_pool`: a per-device, stream-ordered caching allocator with an O(1) free index.
+///
+/// ## Glossary
+/// - *upstream*: the allocator the pool takes memory from (`cuda_allocator`, a simulated device).
+/// - *segment*: one upstream allocation. *Small* segments (2 MiB) serve requests up to 1 MiB,
+///   *large* ones (at least 20 MiB, or the request rounded to 2 MiB from 10 MiB up) the rest, so
+///   small blocks never fragment the large segments.
+/// - *block*: a piece of a segment, allocated or free; address neighbours in a segment are linked.
+/// - *slot*: the cache of one stream: the free blocks that stream may reuse at once, in two
+///   two-level segregated-fit indices (small, large).
+/// - *epoch*: a slot's count of frees; an event recorded on the slot's stream at epoch E covers
+///   every block the slot freed at an epoch <= E.
+///
+/// ## Behaviour
+/// - Requests are rounded up to `round_bytes` (256). A request looks in its stream's index
+///   (`tlsf_index::find`: the head of its own class, then the first class that fits). A free block
+///   larger than the request is split when the rest is worth keeping; a freed block merges with
+///   its free address neighbours of the same segment and the same stream.
+/// - A block freed on stream S is reusable on S at once. Another stream T takes it only after an
+///   event on S that covers the free: if the event has completed, directly; otherwise T is made to
+///   wait for it on the device (`wait`), never the host. Events come from a pool of events and are
+///   recorded lazily, once per batch of frees, when another stream first needs S's blocks.
+/// - `record_stream(p, U)`: p is also used on U; when p is freed, events are recorded on each such
+///   stream and the block is reused only after they completed.
+/// - While T is capturing a CUDA graph, an allocation on T uses T's own free blocks only: no event
+///   query, no upstream call; otherwise it fails with `mgm::bad_alloc` saying so.
+/// - A miss goes upstream without the lock held. Out of memory: release this pool's idle segments
+///   and retry once; then the `oom_handler` (it may free memory and ask for one more retry); then
+///   `mgm::out_of_memory` naming the device, the request, allocated / reserved / idle-cached bytes,
+///   the largest free block and the device's free memory, and pointing at `max_split_bytes` when
+///   the cached memory would have sufficed but is fragmented.
+/// - `release(bytes_to_keep)` returns whole idle segments to the upstream; `release_threshold_bytes`
+///   does it after a free that leaves more reserved; the destructor returns everything.
+///
+/// ## Invariants
+/// - `reserved == Σ segment sizes == Σ block sizes`
+/// - `reserved == allocated + pending + Σ free block sizes`
+/// - `Σ free block sizes == inactive_split + idle` (idle: free blocks that are a whole segment)
+/// - `allocated - requested == Σ (block size - request) over allocated blocks`
+/// - no two free address neighbours have the same stream (they would have merged)
+///
+/// ## Costs
+/// Cache hit (alloc + free): one lock each; two bit scans; no allocation; the pointer is found by
+/// one multiply and one compare in the block map. Statistics are a template switch.
+#pragma once
+
+#include <mgm/allocator_ref.hpp>
+#include <mgm/bytes.hpp>
+#include <mgm/concepts.hpp>
+#include <mgm/detail/checks.hpp>
+#include <mgm/device.hpp>
+#include <mgm/error.hpp>
+#include <mgm/log.hpp>
+#include <mgm/pool/detail/block.hpp>
+#include <mgm/pool/detail/stream_slot.hpp>
+#include <mgm/pool/detail/tlsf_index.hpp>
+#include <mgm/pool/pool_options.hpp>
+#include <mgm/pool/pool_snapshot.hpp>
+#include <mgm/pool/pool_statistics.hpp>
+#include <mgm/properties.hpp>
+#include <mgm/stream.hpp>
+#include <mgm/tag.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace mgm {
+
+/// @brief What the pool knew when memory ran out; given to the `oom_handler` and the message.
+struct oom_info {
+  device_id device{0};
+  std::size_t requested_bytes{0};
+  std::size_t allocated_bytes{0};
+  std::size_t reserved_bytes{0};
+  std::size_t idle_cached_bytes{0};   ///< reserved but not allocated (free and pending blocks)
+  std::size_t largest_free_bytes{0};  ///< the largest free block of the pool
+  std::optional<std::size_t> device_free_bytes;
+  std::size_t max_split_bytes{0};
+};
+
+/// @brief Called when the pool could not get memory even after releasing its idle segments.
+/// Return true to have the allocation retried once more (after freeing something).
+using oom_handler = std::function<bool(const oom_info&)>;
+
+namespace detail {
+/// The text of `mgm::out_of_memory` for a pool.
+[[nodiscard]] std::string describe_pool_oom(const oom_info& info);
+[[nodiscard]] std::string describe_device(device_id d);
+}  // namespace detail
+
+/// @brief A caching, stream-ordered pool of one device's memory over `Upstream`.
+/// @tparam Upstream an `mgm::platform_allocator` with a `device_affinity`; its `stream_ops_type`
+///   is the pool's seam (so a pool over a simulated device never calls CUDA).
+/// @tparam Statistics keep `pool_statistics` (false compiles every update out).
+/// @throws from `allocate`: mgm::out_of_memory (see above), mgm::bad_alloc during graph capture,
+///   mgm::logic_error for a bad alignment (a power of two up to 256 is honoured).
+/// **Thread safety:** safe; one mutex, held once per call on the hit path and never across an
+/// upstream call. **Device affinity:** the upstream's device.
+template <platform_allocator Upstream, bool Statistics = true>
+  requires has_property_with_value<Upstream, device_affinity>
+class caching_pool {
+ public:
+  using upstream_type = Upstream;
+  using stream_ops_type = typename Upstream::stream_ops_type;
+  using event_type = typename stream_ops_type::event;
+  static constexpr bool statistics_enabled = Statistics;
+
+  explicit caching_pool(Upstream upstream, pool_options options = pool_options::from_env(),
+                        oom_handler handler = {})
+      : upstream_{std::move(upstream)},
+        ops_{upstream_.stream_ops()},
+        device_{affinity_of(upstream_)},
+        options_{std::move(options)},
+        handler_{std::move(handler)} {
+    options_.validate();
+    round_mask_ = options_.round_bytes - 1;
+  }
+
+  caching_pool(const caching_pool&) = delete;
+  caching_pool& operator=(const caching_pool&) = delete;
+  caching_pool(caching_pool&&) = delete;
+  caching_pool& operator=(caching_pool&&) = delete;
+
+  ~caching_pool() { destroy(); }
+
+  // ---- allocation ------------------------------------------------------------------------------
+
+  [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
+    mgm::detail::check_alignment(alignment, cuda_allocation_alignment, "caching_pool");
+    if (bytes == 0) return nullptr;
+    if (bytes > max_request_) [[unlikely]] throw_too_large(bytes);
+    const std::size_t size = (bytes + round_mask_) & ~round_mask_;
+    std::unique_lock lock{mutex_};
+    detail::stream_slot& slot = slot_for(stream.get());
+    // Blocks waiting on other streams' events (record_stream) rejoin the cache as soon as they
+    // can; never while this stream captures a graph (an event query would break the capture).
+    if (!pending_.empty()) [[unlikely]] {
+      if (!ops_.is_capturing(stream)) process_pending(true);
+    }
+    const bool small = size <= options_.small_request_bytes;
+    detail::block* b = slot.index(small).find(size);
+    if (b != nullptr && acceptable(b, size)) [[likely]] {
+      slot.index(small).remove(b);
+      if constexpr (Statistics) ++stats_.cache_hits;
+    } else {
+      b = allocate_slow(lock, slot, size, small, stream);
+    }
+    return hand_out(b, slot, size, bytes);
+  }
+
+  void deallocate_async(void* p, std::size_t bytes, std::size_t /*alignment*/, stream_ref stream) noexcept {
+    if (p == nullptr) return;
+    std::unique_lock lock{mutex_};
+    detail::block* b = map_.take(reinterpret_cast<std::uintptr_t>(p));
+    if (b == nullptr) [[unlikely]] {
+      lock.unlock();
+      report_invalid_free(p, bytes);
+      return;
+    }
+    if constexpr (Statistics) {
+      stats_.allocated_bytes.sub(static_cast<std::int64_t>(b->size));
+      stats_.requested_bytes.sub(static_cast<std::int64_t>(b->size - b->aux));
+      stats_.allocations.sub(1);
+    }
+    detail::stream_slot* slot = b->owner;
+    if (stream.get() != slot->stream) [[unlikely]] {
+      try {
+        slot = &slot_for(stream.get());
+      } catch (...) {  // no memory for a new slot: keep the block with its allocating stream
+      }
+    }
+    if (b->extra_streams != 0) [[unlikely]] {
+      free_with_other_uses(b, *slot);
+    } else {
+      b->owner = slot;
+      b->aux = ++slot->free_epoch;
+      insert_free(b);
+    }
+    if (reserved_ > options_.release_threshold_bytes) [[unlikely]] trim(lock, options_.release_threshold_bytes);
+  }
+
+  [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = cuda_allocation_alignment) {
+    return allocate_async(bytes, alignment, stream_ref{});
+  }
+  void deallocate(void* p, std::size_t bytes, std::size_t alignment = cuda_allocation_alignment) noexcept {
+    deallocate_async(p, bytes, alignment, stream_ref{});
+  }
+
+  /// @brief `p` (from this pool) is also used on `stream`: when it is freed, it is reused only
+  /// after the work enqueued on `stream` by then has completed (PyTorch's `record_stream`).
+  /// @throws mgm::logic_error when `p` is not a live allocation of this pool.
+  void record_stream(void* p, stream_ref stream) {
+    const std::lock_guard lock{mutex_};
+    detail::block* b = map_.find(reinterpret_cast<std::uintptr_t>(p));
+    MGM_EXPECTS(b != nullptr, "record_stream: the pointer is not a live allocation of this pool");
+    if (stream.get() == b->owner->stream) return;
+    auto& uses = extra_uses_[b];
+    if (std::find(uses.begin(), uses.end(), stream.get()) == uses.end()) uses.push_back(stream.get());
+    b->extra_streams = 1;
+  }
+
+  // ---- giving memory back ------------------------------------------------------------------------
+
+  /// @brief Returns whole idle segments to the upstream until at most `bytes_to_keep` stay
+  /// reserved (or no idle segment is left). Blocks waiting on other streams' events are collected
+  /// first where those events have completed. Returns the bytes released.
+  std::size_t release(std::size_t bytes_to_keep = 0) {
+    std::unique_lock lock{mutex_};
+    process_pending(/*may_query=*/true);
+    return trim(lock, bytes_to_keep);
+  }
+
+  void set_oom_handler(oom_handler handler) {
+    const std::lock_guard lock{mutex_};
+    handler_ = std::move(handler);
+  }
+
+  // ---- observation -------------------------------------------------------------------------------
+
+  /// @brief The statistics (all zero when `Statistics` is false, except `reserved_bytes.current`).
+  [[nodiscard]] pool_statistics statistics() const {
+    const std::lock_guard lock{mutex_};
+    pool_statistics s = stats_;
+    s.reserved_bytes.current = static_cast<std::int64_t>(reserved_);
+    if constexpr (Statistics) {
+      std::size_t free_bytes = 0;
+      for (const auto& slot : slots_) free_bytes += slot->small.bytes() + slot->large.bytes();
+      s.active_bytes.current = s.allocated_bytes.current + static_cast<std::int64_t>(pending_bytes_);
+      s.inactive_split_bytes.current = static_cast<std::int64_t>(free_bytes - idle_bytes_);
+      s.inactive_split_bytes.peak = std::max(s.inactive_split_bytes.peak, s.inactive_split_bytes.current);
+    }
+    return s;
+  }
+
+  /// @brief Every segment and block: address, size, state, stream, tag.
+  [[nodiscard]] pool_snapshot snapshot() const {
+    const std::lock_guard lock{mutex_};
+    pool_snapshot snap;
+    snap.device = device_.value();
+    for (const detail::block* head : segments_) {
+      segment_snapshot seg{head->addr, 0, head->small != 0, {}};
+      for (const detail::block* b = head; b != nullptr; b = b->next) {
+        block_snapshot bs;
+        bs.address = b->addr;
+        bs.size = b->size;
+        bs.state = b->state == detail::block_state::free        ? block_snapshot::state_type::free
+                   : b->state == detail::block_state::allocated ? block_snapshot::state_type::allocated
+                                                                : block_snapshot::state_type::pending;
+        bs.requested = b->state == detail::block_state::allocated ? b->size - b->aux : 0;
+        bs.stream = reinterpret_cast<std::uintptr_t>(b->owner != nullptr ? b->owner->stream : nullptr);
+        if (b->state != detail::block_state::free && b->u.used.tag != nullptr) bs.tag = b->u.used.tag;
+        seg.size += b->size;
+        seg.blocks.push_back(std::move(bs));
+      }
+      snap.segments.push_back(std::move(seg));
+    }
+    std::sort(snap.segments.begin(), snap.segments.end(),
+              [](const segment_snapshot& a, const segment_snapshot& b) { return a.address < b.address; });
+    return snap;
+  }
+
+  /// @brief Reserved bytes, whatever `Statistics` is.
+  [[nodiscard]] std::size_t reserved_bytes() const noexcept {
+    const std::lock_guard lock{mutex_};
+    return reserved_;
+  }
+
+  [[nodiscard]] device_id device() const noexcept { return device_; }
+  [[nodiscard]] const pool_options& options() const noexcept { return options_; }
+  [[nodiscard]] Upstream& upstream() noexcept { return upstream_; }
+  [[nodiscard]] stream_ops_type stream_ops() const noexcept { return ops_; }
+
+  friend bool operator==(const caching_pool& a, const caching_pool& b) noexcept { return &a == &b; }
+  template <class P>
+    requires has_property<Upstream, P>
+  friend auto get_property(const caching_pool& pool, P tag) noexcept {
+    return get_property(pool.upstream_, tag);
+  }
+
+ private:
+  struct pending_free {
+    detail::block* b;
+    std::vector<std::pair<int, cudaStream_t>> events;  // event index, the stream it was recorded on
+  };
+  struct idle_segment {
+    std::uintptr_t addr;
+    std::size_t size;
+    cudaStream_t stream;
+  };
+
+  static constexpr std::size_t large_buffer_bytes = std::size_t{20} << 20;
+  static constexpr std::size_t max_request_ = std::size_t{1} << 60;
+
+  // ---- the hot path's helpers ----------------------------------------------------------------
+
+  detail::stream_slot& slot_for(cudaStream_t s) {
+    if (last_slot_ != nullptr && last_slot_->stream == s) [[likely]] return *last_slot_;
+    for (auto& slot : slots_) {
+      if (slot->stream == s) {
+        last_slot_ = slot.get();
+        return *slot;
+      }
+    }
+    slots_.push_back(std::make_unique<detail::stream_slot>());
+    slots_.back()->stream = s;
+    last_slot_ = slots_.back().get();
+    return *last_slot_;
+  }
+
+  /// `max_split_bytes`: an oversize block never serves a smaller request, and serves a larger one
+  /// only when little of it would be wasted.
+  [[nodiscard]] bool acceptable(const detail::block* b, std::size_t size) const noexcept {
+    if (size < options_.max_split_bytes) return b->size < options_.max_split_bytes;
+    return b->size < size + large_buffer_bytes;
+  }
+
+  void* hand_out(detail::block* b, detail::stream_slot& slot, std::size_t size, std::size_t bytes) {
+    if (b->whole_segment()) idle_bytes_ -= b->size;
+    b->state = detail::block_state::allocated;  // before the rest is inserted: it must not merge back
+    const std::size_t rest = b->size - size;
+    // As PyTorch: a block serving a request of max_split_bytes or more is never split.
+    const bool split = size < options_.max_split_bytes &&
+                       (b->small != 0 ? rest >= options_.round_bytes : rest > options_.small_request_bytes);
+    if (split) {
+      detail::block* r = arena_.make();
+      r->addr = b->addr + size;
+      r->size = rest;
+      r->prev = b;
+      r->next = b->next;
+      if (b->next != nullptr) b->next->prev = r;
+      b->next = r;
+      r->small = b->small;
+      r->owner = &slot;
+      r->aux = b->owner == &slot ? b->aux : slot.free_epoch;
+      b->size = size;
+      insert_free(r);
+    }
+    b->owner = &slot;
+    b->aux = static_cast<std::uint32_t>(b->size - bytes);
+    b->u.used.tag = tag_scope::current();
+    map_.insert(b);
+    if constexpr (Statistics) {
+      stats_.allocated_bytes.add(static_cast<std::int64_t>(b->size));
+      stats_.requested_bytes.add(static_cast<std::int64_t>(bytes));
+      stats_.allocations.add(1);
+      const auto active = stats_.allocated_bytes.current + static_cast<std::int64_t>(pending_bytes_);
+      if (active > stats_.active_bytes.peak) stats_.active_bytes.peak = active;
+      stats_.active_bytes.total += b->size;
+    }
+    return reinterpret_cast<void*>(b->addr);
+  }
+
+  /// Puts a free block into its owner's index, merged with free neighbours of the same owner.
+  void insert_free(detail::block* b) noexcept {
+    b->state = detail::block_state::free;
+    detail::tlsf_index& index = b->owner->index(b->small != 0);
+    if (detail::block* p = b->prev; p != nullptr && p->state == detail::block_state::free && p->owner == b->owner) {
+      index.remove(p);
+      p->size += b->size;
+      p->next = b->next;
+      if (b->next != nullptr) b->next->prev = p;
+      p->aux = b->aux;  // the later free: an event covering it covers both
+      arena_.recycle(b);
+      b = p;
+    }
+    if (detail::block* n = b->next; n != nullptr && n->state == detail::block_state::free && n->owner == b->owner) {
+      index.remove(n);
+      b->size += n->size;
+      b->next = n->next;
+      if (n->next != nullptr) n->next->prev = b;
+      arena_.recycle(n);
+    }
+    if (b->whole_segment()) idle_bytes_ += b->size;
+    index.insert(b);
+  }
+
+  // ---- the slow path -----------------------------------------------------------------------------
+
+  detail::block* allocate_slow(std::unique_lock<std::mutex>& lock, detail::stream_slot& slot, std::size_t size,
+                               bool small, stream_ref stream) {
+    if constexpr (Statistics) ++stats_.cache_misses;
+    detail::tlsf_index& index = slot.index(small);
+    const bool capturing = ops_.is_capturing(stream);
+    if (!capturing && !pending_.empty()) {
+      process_pending(true);
+      if (detail::block* b = index.find(size); b != nullptr && acceptable(b, size)) {
+        index.remove(b);
+        return b;
+      }
+    }
+    if (detail::block* b = index.scan(size); b != nullptr && acceptable(b, size)) {
+      index.remove(b);
+      if constexpr (Statistics) ++stats_.cache_hits;
+      return b;
+    }
+    if (capturing) {
+      throw bad_alloc{"caching_pool on " + detail::describe_device(device_) + ": no cached block of " +
+                      format_bytes(size) +
+                      " for a stream that is capturing a CUDA graph, and no upstream allocation is allowed "
+                      "during capture; run the captured work once before capturing so the pool holds its blocks"};
+    }
+    if (detail::block* b = steal(slot, size, small, stream)) return b;
+    return allocate_segment(lock, slot, size, small, stream);
+  }
+
+  /// A block of another stream's cache, made safe for `stream` by an event.
+  detail::block* steal(detail::stream_slot& slot, std::size_t size, bool small, stream_ref stream) {
+    for (auto& other : slots_) {
+      if (other.get() == &slot) continue;
+      detail::tlsf_index& index = other->index(small);
+      if (index.empty()) continue;
+      detail::block* b = index.find(size);
+      if (b == nullptr || !acceptable(b, size)) b = index.scan(size);
+      if (b == nullptr || !acceptable(b, size)) continue;
+      if (ops_.is_capturing(stream_ref{other->stream})) continue;
+      if (other->event < 0) other->event = acquire_event();
+      event_type& e = events_[static_cast<std::size_t>(other->event)];
+      if (!other->event_recorded || !detail::epoch_covers(other->event_epoch, b->aux)) {
+        ops_.record(e, stream_ref{other->stream});
+        other->event_epoch = other->free_epoch;
+        other->event_recorded = true;
+        other->event_complete = false;
+      }
+      if (!other->event_complete) other->event_complete = ops_.query(e);
+      if (!other->event_complete) ops_.wait(stream, e);  // on the device: the host does not block
+      index.remove(b);
+      b->owner = &slot;
+      b->aux = ++slot.free_epoch;  // events recorded on `stream` before the wait do not cover it
+      if constexpr (Statistics) ++stats_.stream_steals;
+      return b;
+    }
+    return nullptr;
+  }
+
+  [[nodiscard]] std::size_t segment_size(std::size_t size, bool small) const noexcept {
+    if (small) return options_.small_segment_bytes;
+    if (size < options_.large_direct_bytes) return std::max(options_.large_segment_bytes, size);
+    std::size_t seg = size;
+    (void)mgm::detail::round_up(size, options_.segment_round_bytes, seg);
+    return seg;
+  }
+
+  /// Goes upstream (without the lock) through the out-of-memory pipeline, and returns the new
+  /// segment as one free block, not yet in any index.
+  detail::block* allocate_segment(std::unique_lock<std::mutex>& lock, detail::stream_slot& slot, std::size_t size,
+                                  bool small, stream_ref stream) {
+    std::size_t seg = segment_size(size, small);
+    lock.unlock();
+    void* p = try_upstream(seg, stream);
+    if (p == nullptr) {
+      // 1. Give back what this pool holds idle, and retry with the smallest segment that serves.
+      {
+        std::unique_lock relock{mutex_};
+        process_pending(true);
+        trim(relock, 0);
+        if constexpr (Statistics) ++stats_.oom_retries;
+      }
+      std::size_t minimal = size;
+      (void)mgm::detail::round_up(size, small ? options_.round_bytes : options_.segment_round_bytes, minimal);
+      seg = small ? seg : minimal;
+      p = try_upstream(seg, stream);
+      // 2. The user's handler may free memory and ask for one more try.
+      if (p == nullptr) {
+        oom_info info = describe_oom(size);
+        oom_handler handler;
+        {
+          const std::lock_guard relock{mutex_};
+          handler = handler_;
+        }
+        if (handler && handler(info)) {
+          {
+            std::unique_lock relock{mutex_};  // what the handler freed may sit in this pool's cache
+            process_pending(true);
+            trim(relock, 0);
+          }
+          p = try_upstream(seg, stream);
+        }
+        if (p == nullptr) {
+          info = describe_oom(size);
+          {
+            const std::lock_guard relock{mutex_};
+            if constexpr (Statistics) ++stats_.ooms;
+          }
+          throw out_of_memory{detail::describe_pool_oom(info), size};
+        }
+      }
+    }
+    lock.lock();
+    detail::block* b = nullptr;
+    try {
+      b = arena_.make();
+    } catch (...) {
+      lock.unlock();
+      upstream_.deallocate_async(p, seg, cuda_allocation_alignment, stream);
+      throw;
+    }
+    b->addr = reinterpret_cast<std::uintptr_t>(p);
+    b->size = seg;
+    b->small = small ? 1 : 0;
+    b->owner = &slot;
+    b->aux = ++slot.free_epoch;  // new memory: no event recorded before now covers it
+    segments_.push_back(b);
+    reserved_ += seg;
+    idle_bytes_ += seg;  // hand_out takes it off again
+    if constexpr (Statistics) {
+      stats_.reserved_bytes.add(static_cast<std::int64_t>(seg));
+      stats_.segments.add(1);
+      ++stats_.upstream_allocations;
+    }
+    return b;
+  }
+
+  /// One upstream allocation; nullptr when the upstream is out of memory.
+  void* try_upstream(std::size_t bytes, stream_ref stream) {
+    try {
+      return upstream_.allocate_async(bytes, cuda_allocation_alignment, stream);
+    } catch (const out_of_memory&) {
+      return nullptr;
+    }
+  }
+
+  oom_info describe_oom(std::size_t size) const {
+    oom_info info;
+    info.device = device_;
+    info.requested_bytes = size;
+    info.max_split_bytes = options_.max_split_bytes;
+    {
+      const std::lock_guard lock{mutex_};
+      std::size_t largest = 0;
+      std::size_t free_bytes = 0;
+      for (const auto& slot : slots_) {
+        for (const detail::tlsf_index* index : {&slot->small, &slot->large}) {
+          free_bytes += index->bytes();
+          if (const detail::block* b = index->largest(); b != nullptr) largest = std::max(largest, b->size);
+        }
+      }
+      info.reserved_bytes = reserved_;
+      info.idle_cached_bytes = free_bytes + pending_bytes_;
+      info.allocated_bytes = reserved_ - info.idle_cached_bytes;
+      info.largest_free_bytes = largest;
+    }
+    if constexpr (requires(const Upstream& u) { { u.free_bytes() } -> std::convertible_to<std::size_t>; }) {
+      try {
+        info.device_free_bytes = upstream_.free_bytes();
+      } catch (...) {  // a figure for the message only
+      }
+    }
+    return info;
+  }
+
+  /// Returns idle segments to the upstream until `reserved <= keep`; unlocks for the upstream calls.
+  std::size_t trim(std::unique_lock<std::mutex>& lock, std::size_t keep) noexcept {
+    std::vector<idle_segment> victims;
+    try {
+      for (auto& slot : slots_) {
+        for (detail::tlsf_index* index : {&slot->small, &slot->large}) {
+          index->for_each([&](detail::block* b) {
+            if (reserved_ <= keep || !b->whole_segment()) return;
+            index->remove(b);
+            victims.push_back({b->addr, b->size, b->owner->stream});
+            reserved_ -= b->size;
+            idle_bytes_ -= b->size;
+            segments_.erase(std::find(segments_.begin(), segments_.end(), b));
+            if constexpr (Statistics) {
+              stats_.reserved_bytes.sub(static_cast<std::int64_t>(b->size));
+              stats_.segments.sub(1);
+              ++stats_.upstream_frees;
+            }
+            arena_.recycle(b);
+          });
+        }
+      }
+    } catch (...) {  // no memory for the victim list: release what was collected
+    }
+    lock.unlock();
+    std::size_t released = 0;
+    for (const auto& v : victims) {
+      upstream_.deallocate_async(reinterpret_cast<void*>(v.addr), v.size, cuda_allocation_alignment,
+                                 stream_ref{v.stream});
+      released += v.size;
+    }
+    lock.lock();
+    return released;
+  }
+
+  // ---- blocks used on several streams -------------------------------------------------------------
+
+  int acquire_event() {
+    if (!free_events_.empty()) {
+      const int e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+    events_.push_back(ops_.create_event(device_));
+    return static_cast<int>(events_.size() - 1);
+  }
+
+  void free_with_other_uses(detail::block* b, detail::stream_slot& slot) noexcept {
+    pending_free pf{b, {}};
+    try {
+      auto node = extra_uses_.extract(b);
+      if (!node.empty()) {
+        for (cudaStream_t u : node.mapped()) {
+          const int e = acquire_event();
+          pf.events.emplace_back(e, u);
+          ops_.record(events_[static_cast<std::size_t>(e)], stream_ref{u});
+        }
+      }
+      b->extra_streams = 0;
+      b->owner = &slot;
+      b->state = detail::block_state::pending;
+      pending_.push_back(std::move(pf));
+      pending_bytes_ += b->size;
+    } catch (const std::exception& e) {
+      // Without the events the block cannot be proven idle on the other streams: keep it out of
+      // the cache for good rather than risk handing it out early.
+      log(log_level::error, std::string{"caching_pool: cannot record the events of a block used on other streams; "
+                                        "it stays reserved: "} + e.what());
+      b->extra_streams = 0;
+      b->state = detail::block_state::pending;
+    }
+  }
+
+  void process_pending(bool may_query) noexcept {
+    if (!may_query) return;
+    for (std::size_t i = 0; i < pending_.size();) {
+      bool done = true;
+      try {
+        for (const auto& [e, s] : pending_[i].events) {
+          if (ops_.is_capturing(stream_ref{s}) || !ops_.query(events_[static_cast<std::size_t>(e)])) {
+            done = false;
+            break;
+          }
+        }
+      } catch (...) {
+        done = false;
+      }
+      if (!done) {
+        ++i;
+        continue;
+      }
+      pending_free pf = std::move(pending_[i]);
+      pending_[i] = std::move(pending_.back());
+      pending_.pop_back();
+      for (const auto& ev : pf.events) free_events_.push_back(ev.first);
+      pending_bytes_ -= pf.b->size;
+      pf.b->aux = ++pf.b->owner->free_epoch;
+      insert_free(pf.b);
+    }
+  }
+
+  // ---- errors and the end -----------------------------------------------------------------------
+
+  [[noreturn]] void throw_too_large(std::size_t bytes) const {
+    throw out_of_memory{"caching_pool on " + detail::describe_device(device_) + ": a request of " +
+                            mgm::detail::describe_bytes(bytes) + " exceeds any device's memory",
+                        bytes};
+  }
+
+  void report_invalid_free(void* p, std::size_t bytes) const noexcept {
+    try {
+      char addr[32];
+      std::snprintf(addr, sizeof addr, "%p", p);
+      log(log_level::error, "caching_pool on " + detail::describe_device(device_) + ": deallocate(" + addr + ", " +
+                                std::to_string(bytes) +
+                                ") of a pointer that is not a live allocation of this pool (never allocated here, "
+                                "or already freed); nothing was changed");
+    } catch (...) {
+    }
+  }
+
+  void destroy() noexcept {
+    std::size_t leaked = map_.size();
+    for (const auto& pf : pending_) {
+      for (const auto& ev : pf.events) {
+        try {
+          ops_.synchronize(events_[static_cast<std::size_t>(ev.first)]);
+        } catch (...) {
+        }
+      }
+    }
+    for (detail::block* head : segments_) {
+      std::size_t seg = 0;
+      for (const detail::block* b = head; b != nullptr; b = b->next) seg += b->size;
+      upstream_.deallocate(reinterpret_cast<void*>(head->addr), seg, cuda_allocation_alignment);
+    }
+    for (auto& e : events_) ops_.destroy_event(e);
+    if (leaked != 0) {
+      try {
+        log(log_level::warning, "caching_pool on " + detail::describe_device(device_) + ": destroyed with " +
+                                    std::to_string(leaked) + " blocks still allocated; their memory was freed");
+      } catch (...) {
+      }
+    }
+  }
+
+  Upstream upstream_;
+  stream_ops_type ops_;
+  device_id device_;
+  pool_options options_;
+  oom_handler handler_;
+  std::size_t round_mask_{255};
+
+  mutable std::mutex mutex_;
+  detail::block_arena arena_;
+  detail::block_map map_;
+  std::vector<std::unique_ptr<detail::stream_slot>> slots_;
+  detail::stream_slot* last_slot_{nullptr};
+  std::vector<detail::block*> segments_;  // segment heads
+  std::vector<event_type> events_;
+  std::vector<int> free_events_;
+  std::vector<pending_free> pending_;
+  std::unordered_map<detail::block*, std::vector<cudaStream_t>> extra_uses_;
+  std::size_t reserved_{0};
+  std::size_t idle_bytes_{0};
+  std::size_t pending_bytes_{0};
+  pool_statistics stats_;
+};
+
+}  // namespace mgm

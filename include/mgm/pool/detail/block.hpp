@@ -1,0 +1,136 @@
+/// @file
+/// @brief The caching pool's block records, their arena, and the pointer -> block map.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace mgm::detail {
+
+struct stream_slot;
+
+enum class block_state : std::uint8_t { free, allocated, pending };
+
+/// One block of a segment: 64 bytes, one cache line. Free blocks sit in a TLSF class list
+/// (`link`); allocated ones in a chain of the pointer map (`hash_next`).
+struct alignas(64) block {
+  std::uintptr_t addr{0};
+  std::size_t size{0};
+  block* prev{nullptr};  ///< address neighbour below, in the same segment (nullptr: segment start)
+  block* next{nullptr};  ///< address neighbour above, in the same segment (nullptr: segment end)
+  union {
+    struct {
+      block* prev_free;
+      block* next_free;
+    } link;  ///< state free: the TLSF class list
+    struct {
+      block* hash_next;
+      const char* tag;
+    } used;  ///< state allocated or pending
+  } u{};
+  stream_slot* owner{nullptr};  ///< the stream whose cache holds it, or that allocated it
+  std::uint32_t aux{0};         ///< free: the owner's free epoch when freed; allocated: size - requested
+  block_state state{block_state::free};
+  std::uint8_t small{0};        ///< from a small segment
+  std::uint8_t extra_streams{0};  ///< used on other streams too (record_stream)
+  std::uint8_t padding{0};
+
+  [[nodiscard]] bool whole_segment() const noexcept { return prev == nullptr && next == nullptr; }
+};
+static_assert(sizeof(block) == 64, "a block record is one cache line");
+
+/// Block records from slabs, recycled through a free list: no allocation in steady state.
+class block_arena {
+ public:
+  block* make() {
+    if (free_ == nullptr) grow();
+    block* b = free_;
+    free_ = b->next;
+    *b = block{};
+    ++live_;
+    return b;
+  }
+  void recycle(block* b) noexcept {
+    b->next = free_;
+    free_ = b;
+    --live_;
+  }
+  [[nodiscard]] std::size_t live() const noexcept { return live_; }
+
+ private:
+  void grow() {
+    constexpr std::size_t n = 256;
+    slabs_.push_back(std::make_unique<block[]>(n));
+    block* slab = slabs_.back().get();
+    for (std::size_t i = 0; i < n; ++i) {
+      slab[i].next = free_;
+      free_ = &slab[i];
+    }
+  }
+  std::vector<std::unique_ptr<block[]>> slabs_;
+  block* free_{nullptr};
+  std::size_t live_{0};
+};
+
+/// Allocated blocks by address: a power-of-two bucket array chained through the records
+/// themselves, so a lookup is a multiply, a shift and (almost always) one compare. It grows
+/// when the number of live blocks passes the bucket count: only when live blocks reach a new high.
+class block_map {
+ public:
+  block_map() : buckets_(1024, nullptr), shift_(64 - 10) {}
+
+  void insert(block* b) {
+    if (++count_ > buckets_.size()) grow();
+    block*& head = buckets_[slot(b->addr)];
+    b->u.used.hash_next = head;
+    head = b;
+  }
+  /// Removes and returns the block at `addr`, or nullptr.
+  block* take(std::uintptr_t addr) noexcept {
+    block** link = &buckets_[slot(addr)];
+    while (*link != nullptr) {
+      block* b = *link;
+      if (b->addr == addr) {
+        *link = b->u.used.hash_next;
+        --count_;
+        return b;
+      }
+      link = &b->u.used.hash_next;
+    }
+    return nullptr;
+  }
+  [[nodiscard]] block* find(std::uintptr_t addr) const noexcept {
+    for (block* b = buckets_[slot(addr)]; b != nullptr; b = b->u.used.hash_next) {
+      if (b->addr == addr) return b;
+    }
+    return nullptr;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return count_; }
+
+ private:
+  [[nodiscard]] std::size_t slot(std::uintptr_t addr) const noexcept {
+    return static_cast<std::size_t>(((addr >> 8) * 0x9E3779B97F4A7C15ULL) >> shift_);
+  }
+  void grow() {
+    std::vector<block*> old(buckets_.size() * 2, nullptr);
+    old.swap(buckets_);
+    --shift_;
+    for (block* head : old) {
+      while (head != nullptr) {
+        block* next = head->u.used.hash_next;
+        block*& dst = buckets_[slot(head->addr)];
+        head->u.used.hash_next = dst;
+        dst = head;
+        head = next;
+      }
+    }
+  }
+  std::vector<block*> buckets_;
+  unsigned shift_;
+  std::size_t count_{0};
+};
+
+}  // namespace mgm::detail

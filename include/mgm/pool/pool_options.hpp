@@ -1,0 +1,46 @@
+/// @file
+/// @brief `pool_options`: the caching pool's size policy and limits, and `MGM_ALLOC_CONF`.
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <string_view>
+
+namespace mgm {
+
+/// @brief How a `caching_pool` sizes its segments and blocks. Defaults follow PyTorch's caching
+/// allocator, except the rounding (256 B, CUDA's alignment, instead of 512 B).
+///
+/// `MGM_ALLOC_CONF` sets them as `key:value,...` (as `PYTORCH_CUDA_ALLOC_CONF` does), sizes as
+/// `parse_bytes` reads them: `round`, `small_request`, `small_segment`, `large_segment`,
+/// `large_direct`, `segment_round`, `max_split_size` (also PyTorch's `max_split_size_mb`, a
+/// number of MiB), `release_threshold`.
+struct pool_options {
+  static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+
+  std::size_t round_bytes{256};                         ///< every block is a multiple (a power of two >= 256)
+  std::size_t small_request_bytes{std::size_t{1} << 20};  ///< requests up to this come from small segments
+  std::size_t small_segment_bytes{std::size_t{2} << 20};  ///< the size of a small segment
+  std::size_t large_segment_bytes{std::size_t{20} << 20};  ///< the smallest large segment
+  std::size_t large_direct_bytes{std::size_t{10} << 20};   ///< requests from here get a segment of their own size
+  std::size_t segment_round_bytes{std::size_t{2} << 20};   ///< large segments are multiples of this
+  std::size_t max_split_bytes{unlimited};      ///< blocks this large are never split for smaller requests
+  std::size_t release_threshold_bytes{unlimited};  ///< reserved memory above this is released after frees
+
+  /// @brief Options from `key:value,...` text, starting from the defaults.
+  /// @throws mgm::parse_error naming the column of an unknown key or a bad value;
+  /// mgm::logic_error when the result is inconsistent (see `validate`).
+  [[nodiscard]] static pool_options parse(std::string_view conf);
+  /// @brief `parse(getenv("MGM_ALLOC_CONF"))`, or the defaults when it is unset.
+  [[nodiscard]] static pool_options from_env();
+  /// @throws mgm::logic_error naming the option that breaks: `round_bytes` a power of two >= 256;
+  /// every size a multiple of it; `small_request <= small_segment`; `small_segment <= large_segment`.
+  void validate() const;
+  /// @brief The options as `MGM_ALLOC_CONF` text.
+  [[nodiscard]] std::string to_string() const;
+
+  friend bool operator==(const pool_options&, const pool_options&) = default;
+};
+
+}  // namespace mgm

@@ -1,0 +1,438 @@
+// The caching pool over the simulated machine: the same pool code, its seams on the sim.
+#include "conformance.hpp"
+
+#include <mgm/bytes.hpp>
+#include <mgm/log.hpp>
+#include <mgm/pool/caching_pool.hpp>
+#include <mgm/pool/multi_device_pool.hpp>
+#include <mgm/sim/machine.hpp>
+#include <mgm/tag.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using mgm::device_id;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::size_t KiB = std::size_t{1} << 10;
+constexpr std::size_t MiB = std::size_t{1} << 20;
+using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
+using sim_pool_nostats = mgm::caching_pool<mgm::sim::device_allocator, false>;
+
+template <class Pool>
+struct pool_fixture {
+  using allocator_type = mgm::allocator_ref<Pool>;
+  static constexpr bool exact_oom = true;
+  std::unique_ptr<mgm::sim::machine> m = std::make_unique<mgm::sim::machine>(mgm::sim::parse_device_list("2x256MiB"));
+  std::unique_ptr<Pool> pool = std::make_unique<Pool>(m->allocator(device_id{1}), mgm::pool_options{});
+  allocator_type make() { return allocator_type{*pool}; }
+  mgm::stream_ref stream() { return m->create_stream(device_id{1}); }
+  void touch(void* p, std::size_t n) {
+    REQUIRE(m->owner_of(p) == device_id{1});
+    std::memset(p, 0x5C, n);
+  }
+  ~pool_fixture() {
+    pool->release();
+    CHECK(pool->reserved_bytes() == 0);
+    pool.reset();
+    CHECK(m->memory(device_id{1}).used_bytes == 0);
+  }
+};
+using pool_fixtures = std::tuple<pool_fixture<sim_pool>, pool_fixture<sim_pool_nostats>>;
+
+struct log_capture {
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  mgm::log_callback previous;
+  log_capture() {
+    previous = mgm::set_log_callback([this](mgm::log_level, std::string_view m) {
+      const std::lock_guard lock{mutex};
+      messages.emplace_back(m);
+    });
+  }
+  ~log_capture() { mgm::set_log_callback(previous); }
+};
+
+struct sim_setup {
+  mgm::sim::machine m;
+  sim_pool pool;
+  explicit sim_setup(const char* devices = "1GiB", mgm::pool_options o = {})
+      : m{mgm::sim::parse_device_list(devices)}, pool{m.allocator(device_id{0}), o} {}
+  std::size_t device_used() { return m.memory(device_id{0}).used_bytes; }
+};
+
+}  // namespace
+
+MGM_CONFORMANCE_SUITE("pool", pool_fixtures)
+
+TEST_CASE("pool: a small request takes a 2 MiB segment, and frees return to the cache", "[pool]") {
+  sim_setup s;
+  void* a = s.pool.allocate(1000);
+  auto st = s.pool.statistics();
+  REQUIRE(st.allocated_bytes.current == 1024);
+  REQUIRE(st.requested_bytes.current == 1000);
+  REQUIRE(st.reserved_bytes.current == 2 * MiB);
+  REQUIRE(st.segments.current == 1);
+  REQUIRE(st.upstream_allocations == 1);
+  REQUIRE(s.device_used() == 2 * MiB);
+  void* b = s.pool.allocate(300 * KiB);
+  REQUIRE(s.pool.statistics().upstream_allocations == 1);  // carved from the same segment
+  REQUIRE(static_cast<char*>(b) == static_cast<char*>(a) + 1024);
+  s.pool.deallocate(a, 1000);
+  s.pool.deallocate(b, 300 * KiB);
+  st = s.pool.statistics();
+  REQUIRE(st.allocated_bytes.current == 0);
+  REQUIRE(st.reserved_bytes.current == 2 * MiB);   // cached, not returned
+  REQUIRE(st.inactive_split_bytes.current == 0);   // merged back into one whole free segment
+  REQUIRE(st.upstream_frees == 0);
+  REQUIRE(s.pool.release() == 2 * MiB);
+  REQUIRE(s.device_used() == 0);
+  REQUIRE(s.pool.statistics().upstream_frees == 1);
+}
+
+TEST_CASE("pool: the same size comes back from the cache, without upstream calls", "[pool]") {
+  sim_setup s;
+  std::vector<std::size_t> sizes{256, 4 * KiB, 700 * KiB, 3 * MiB, 17 * MiB, 64 * MiB};
+  std::vector<void*> first;
+  for (auto n : sizes) first.push_back(s.pool.allocate(n));
+  const auto calls = s.pool.statistics().upstream_allocations;
+  for (std::size_t i = 0; i < sizes.size(); ++i) s.pool.deallocate(first[i], sizes[i]);
+  for (int round = 0; round < 5; ++round) {
+    std::vector<void*> again;
+    for (auto n : sizes) again.push_back(s.pool.allocate(n));
+    for (std::size_t i = 0; i < sizes.size(); ++i) s.pool.deallocate(again[i], sizes[i]);
+  }
+  const auto st = s.pool.statistics();
+  REQUIRE(st.upstream_allocations == calls);
+  REQUIRE(st.cache_hits >= 30);
+  REQUIRE(s.m.modelled(device_id{0}).mallocs == calls);
+}
+
+TEST_CASE("pool: segment sizes follow the size policy", "[pool]") {
+  sim_setup s;
+  void* b = s.pool.allocate(12 * MiB + 1);  // 10 MiB and up: its own size rounded to 2 MiB
+  REQUIRE(s.pool.statistics().reserved_bytes.current == 14 * MiB);
+  void* a = s.pool.allocate(3 * MiB);  // large, below 10 MiB: a 20 MiB segment
+  REQUIRE(s.pool.statistics().reserved_bytes.current == 14 * MiB + 20 * MiB);
+  void* c = s.pool.allocate(1 * MiB);  // small: a 2 MiB segment, not the free 17 MiB of the large one
+  REQUIRE(s.pool.statistics().reserved_bytes.current == 36 * MiB);
+  void* d = s.pool.allocate(5 * MiB);  // from the rest of the 20 MiB segment
+  REQUIRE(s.pool.statistics().reserved_bytes.current == 36 * MiB);
+  const auto snap = s.pool.snapshot();
+  REQUIRE(snap.segments.size() == 3);
+  std::size_t small = 0;
+  for (const auto& seg : snap.segments) small += seg.small ? 1 : 0;
+  REQUIRE(small == 1);
+  s.pool.deallocate(a, 3 * MiB);
+  s.pool.deallocate(b, 12 * MiB + 1);
+  s.pool.deallocate(c, 1 * MiB);
+  s.pool.deallocate(d, 5 * MiB);
+  REQUIRE(s.pool.statistics().inactive_split_bytes.current == 0);
+}
+
+TEST_CASE("pool: max_split_bytes keeps oversize blocks whole", "[pool]") {
+  mgm::pool_options o;
+  o.max_split_bytes = 8 * MiB;
+  sim_setup s{"1GiB", o};
+  void* big = s.pool.allocate(12 * MiB);
+  s.pool.deallocate(big, 12 * MiB);
+  void* small_request = s.pool.allocate(2 * MiB);  // must not eat the 12 MiB block
+  REQUIRE(small_request != big);
+  REQUIRE(s.pool.statistics().upstream_allocations == 2);
+  void* again = s.pool.allocate(11 * MiB);  // close enough in size: the oversize block, unsplit
+  REQUIRE(again == big);
+  REQUIRE(s.pool.statistics().allocated_bytes.current == 2 * MiB + 12 * MiB);
+  s.pool.deallocate(small_request, 2 * MiB);
+  s.pool.deallocate(again, 11 * MiB);
+}
+
+TEST_CASE("pool: a block freed on one stream is reused on another only after that stream's work", "[pool][streams]") {
+  sim_setup s;
+  const device_id d{0};
+  auto ops = s.m.streams();
+  const auto s1 = s.m.create_stream(d);
+  const auto s2 = s.m.create_stream(d);
+  const auto s3 = s.m.create_stream(d);
+
+  // Immediate reuse on the freeing stream.
+  void* p = s.pool.allocate_async(64 * KiB, 256, s1);
+  s.m.enqueue(s1, 100us);  // a kernel reads p
+  s.pool.deallocate_async(p, 64 * KiB, 256, s1);
+  void* again = s.pool.allocate_async(64 * KiB, 256, s1);
+  REQUIRE(again == p);
+  s.pool.deallocate_async(again, 64 * KiB, 256, s1);
+
+  // Another stream: it gets the block but is made to wait for s1's work on the device.
+  const auto calls = s.pool.statistics().upstream_allocations;
+  void* q = s.pool.allocate_async(64 * KiB, 256, s2);
+  REQUIRE(q == p);                                                  // reused...
+  REQUIRE(s.pool.statistics().upstream_allocations == calls);       // ...with no upstream call
+  REQUIRE(s.pool.statistics().stream_steals == 1);
+  auto after = ops.create_event(d);
+  ops.record(after, s2);  // whatever s2 runs next starts after s1's 100 µs
+  REQUIRE_FALSE(ops.query(after));
+  s.m.advance(d, 99us);
+  REQUIRE_FALSE(ops.query(after));
+  s.m.advance(d, 1us);
+  REQUIRE(ops.query(after));
+  REQUIRE(s.m.now(d) == 100us);  // the host never waited: the clock moved only by advance
+
+  // Once the event has completed, the next stream takes a block without waiting at all.
+  s.pool.deallocate_async(q, 64 * KiB, 256, s2);
+  s.m.enqueue(s2, 10us);
+  s.m.advance(d, 10us);  // s2 is idle again
+  void* r = s.pool.allocate_async(64 * KiB, 256, s3);
+  REQUIRE(r == p);
+  auto e3 = ops.create_event(d);
+  ops.record(e3, s3);
+  REQUIRE(ops.query(e3));  // s3 was not held back
+  s.pool.deallocate_async(r, 64 * KiB, 256, s3);
+  ops.destroy_event(after);
+  ops.destroy_event(e3);
+}
+
+TEST_CASE("pool: record_stream holds a block until the other stream's work is done", "[pool][streams]") {
+  sim_setup s;
+  const device_id d{0};
+  const auto s1 = s.m.create_stream(d);
+  const auto s2 = s.m.create_stream(d);
+  void* p = s.pool.allocate_async(128 * KiB, 256, s1);
+  s.pool.record_stream(p, s2);
+  s.m.enqueue(s2, 50us);  // s2 still reads p
+  s.pool.deallocate_async(p, 128 * KiB, 256, s1);
+  auto st = s.pool.statistics();
+  REQUIRE(st.allocated_bytes.current == 0);
+  REQUIRE(st.active_bytes.current == 128 * 1024);  // freed but not idle
+  void* q = s.pool.allocate_async(128 * KiB, 256, s1);
+  REQUIRE(q != p);
+  s.m.advance(d, 50us);
+  void* r = s.pool.allocate_async(128 * KiB, 256, s1);  // p's events completed: it is free again
+  REQUIRE(r == p);
+  REQUIRE_THROWS_AS(s.pool.record_stream(static_cast<char*>(r) + 256, s2), mgm::logic_error);
+  s.pool.deallocate_async(q, 128 * KiB, 256, s1);
+  s.pool.deallocate_async(r, 128 * KiB, 256, s1);
+  REQUIRE(s.pool.statistics().active_bytes.current == 0);
+}
+
+TEST_CASE("pool: during graph capture, no event query and no upstream call", "[pool][capture]") {
+  sim_setup s;
+  const device_id d{0};
+  const auto st = s.m.create_stream(d);
+  const auto other = s.m.create_stream(d);
+  void* warm = s.pool.allocate_async(256 * KiB, 256, st);
+  s.pool.deallocate_async(warm, 256 * KiB, 256, st);
+  void* elsewhere = s.pool.allocate_async(4 * MiB, 256, other);  // cached on another stream
+  s.pool.deallocate_async(elsewhere, 4 * MiB, 256, other);
+  const auto mallocs = s.m.modelled(d).mallocs;
+
+  s.m.begin_capture(st);
+  void* p = s.pool.allocate_async(256 * KiB, 256, st);  // from the pool's own blocks
+  REQUIRE(p == warm);
+  // The sim fails any event query or cudaMalloc on a capturing device: the pool makes none.
+  REQUIRE_THROWS_WITH(s.pool.allocate_async(4 * MiB, 256, st), Catch::Contains("capturing a CUDA graph"));
+  REQUIRE_THROWS_AS(s.pool.allocate_async(64 * MiB, 256, st), mgm::bad_alloc);
+  REQUIRE(s.m.modelled(d).mallocs == mallocs);
+  s.pool.deallocate_async(p, 256 * KiB, 256, st);
+  s.m.end_capture(st);
+  void* after = s.pool.allocate_async(4 * MiB, 256, st);  // now it may take other's block
+  REQUIRE(after == elsewhere);
+  s.pool.deallocate_async(after, 4 * MiB, 256, st);
+}
+
+TEST_CASE("pool: out of memory releases idle segments and retries", "[pool][oom]") {
+  sim_setup s{"64MiB"};
+  void* a = s.pool.allocate(30 * MiB);
+  void* b = s.pool.allocate(30 * MiB);
+  s.pool.deallocate(a, 30 * MiB);  // cached: the device has 4 MiB free
+  void* c = s.pool.allocate(32 * MiB);  // needs a's segment back from the cache
+  REQUIRE(c != nullptr);
+  auto st = s.pool.statistics();
+  REQUIRE(st.oom_retries == 1);
+  REQUIRE(st.upstream_frees == 1);
+  REQUIRE(st.ooms == 0);
+
+  SECTION("the handler may free memory and ask for one more try") {
+    int calls = 0;
+    s.pool.set_oom_handler([&](const mgm::oom_info& info) {
+      ++calls;
+      REQUIRE(info.requested_bytes == 40 * MiB);
+      REQUIRE(info.allocated_bytes == 62 * MiB);
+      REQUIRE(info.device_free_bytes == 2 * MiB);
+      s.pool.deallocate(c, 32 * MiB);
+      s.pool.deallocate(b, 30 * MiB);
+      b = nullptr;
+      return true;
+    });
+    void* d = s.pool.allocate(40 * MiB);
+    REQUIRE(calls == 1);
+    REQUIRE(s.pool.statistics().ooms == 0);
+    s.pool.deallocate(d, 40 * MiB);
+  }
+  SECTION("otherwise out_of_memory carries the figures, and the pool stays usable") {
+    try {
+      (void)s.pool.allocate(40 * MiB);
+      FAIL("no exception");
+    } catch (const mgm::out_of_memory& e) {
+      const std::string what = e.what();
+      INFO(what);
+      REQUIRE(e.requested_bytes() == 40 * MiB);
+      REQUIRE(what.find("device 0") != std::string::npos);
+      REQUIRE(what.find("40.00 MiB (41943040 bytes)") != std::string::npos);
+      REQUIRE(what.find("62.00 MiB allocated") != std::string::npos);
+      REQUIRE(what.find("62.00 MiB reserved") != std::string::npos);
+      REQUIRE(what.find("the device has 2.00 MiB free") != std::string::npos);
+    }
+    REQUIRE(s.pool.statistics().ooms == 1);
+    s.pool.deallocate(c, 32 * MiB);
+  }
+  void* small = s.pool.allocate(1 * MiB);
+  s.pool.deallocate(small, 1 * MiB);
+  if (b != nullptr) s.pool.deallocate(b, 30 * MiB);
+  s.pool.release();
+  REQUIRE(s.device_used() == 0);
+}
+
+TEST_CASE("pool: a fragmented cache is named, with max_split_bytes suggested", "[pool][oom]") {
+  sim_setup s{"48MiB"};
+  void* whole = s.pool.allocate(40 * MiB);
+  s.pool.deallocate(whole, 40 * MiB);
+  std::vector<void*> pieces;
+  for (int i = 0; i < 20; ++i) pieces.push_back(s.pool.allocate(2 * MiB));  // carve the 40 MiB
+  for (std::size_t i = 0; i < pieces.size(); i += 2) s.pool.deallocate(pieces[i], 2 * MiB);
+  REQUIRE(s.pool.statistics().inactive_split_bytes.current == 20 * MiB);
+  REQUIRE_THROWS_WITH(s.pool.allocate(12 * MiB),
+                      Catch::Contains("fragmented") && Catch::Contains("max_split_size_mb:6") &&
+                          Catch::Contains("largest free block 2.00 MiB"));
+  for (std::size_t i = 1; i < pieces.size(); i += 2) s.pool.deallocate(pieces[i], 2 * MiB);
+  REQUIRE(s.pool.statistics().inactive_split_bytes.current == 0);
+  void* fits = s.pool.allocate(12 * MiB);  // coalesced again
+  s.pool.deallocate(fits, 12 * MiB);
+}
+
+TEST_CASE("pool: bad input is reported and changes nothing", "[pool]") {
+  sim_setup s;
+  log_capture log;
+  void* p = s.pool.allocate(4096);
+  int local = 0;
+  s.pool.deallocate(&local, 4);
+  s.pool.deallocate(p, 4096);
+  s.pool.deallocate(p, 4096);  // a double free
+  REQUIRE(log.messages.size() == 2);
+  REQUIRE(log.messages[1].find("not a live allocation of this pool") != std::string::npos);
+  REQUIRE(s.pool.statistics().allocated_bytes.current == 0);
+  REQUIRE_THROWS_AS(s.pool.allocate(100, 512), mgm::logic_error);  // above 256: not honoured
+  REQUIRE_THROWS_AS(s.pool.allocate(100, 7), mgm::logic_error);
+  void* q = s.pool.allocate(4096);
+  REQUIRE(q == p);
+  s.pool.deallocate(q, 4096);
+}
+
+TEST_CASE("pool: a release threshold bounds reserved memory", "[pool]") {
+  mgm::pool_options o;
+  o.release_threshold_bytes = 24 * MiB;
+  sim_setup s{"1GiB", o};
+  void* a = s.pool.allocate(20 * MiB);
+  void* b = s.pool.allocate(20 * MiB);
+  s.pool.deallocate(a, 20 * MiB);
+  REQUIRE(s.pool.reserved_bytes() == 20 * MiB);  // 40 reserved > 24: the idle one went back
+  s.pool.deallocate(b, 20 * MiB);
+  REQUIRE(s.pool.reserved_bytes() == 20 * MiB);
+  REQUIRE(s.device_used() == 20 * MiB);
+}
+
+TEST_CASE("pool: the destructor returns everything, even leaked blocks", "[pool]") {
+  mgm::sim::machine m{mgm::sim::parse_device_list("1GiB")};
+  log_capture log;
+  {
+    sim_pool pool{m.allocator(device_id{0}), mgm::pool_options{}};
+    (void)pool.allocate(5 * MiB);
+    (void)pool.allocate(100);
+  }
+  REQUIRE(m.memory(device_id{0}).used_bytes == 0);
+  REQUIRE(log.messages.size() == 1);
+  REQUIRE(log.messages[0].find("2 blocks still allocated") != std::string::npos);
+}
+
+TEST_CASE("pool: snapshots list every segment and block, with tags", "[pool][snapshot]") {
+  sim_setup s;
+  void* a = nullptr;
+  {
+    mgm::tag_scope tag{"layer3.fc"};
+    a = s.pool.allocate(1000);
+  }
+  void* b = s.pool.allocate(3 * MiB);
+  const auto snap = s.pool.snapshot();
+  REQUIRE(snap.segments.size() == 2);
+  std::size_t blocks = 0;
+  for (const auto& seg : snap.segments) {
+    std::size_t covered = 0;
+    for (const auto& blk : seg.blocks) covered += blk.size;
+    REQUIRE(covered == seg.size);  // blocks tile their segment
+    blocks += seg.blocks.size();
+  }
+  REQUIRE(blocks == 4);
+  REQUIRE(snap.bytes_in(mgm::block_snapshot::state_type::allocated) == 1024 + 3 * MiB);
+  const std::string json = snap.to_json();
+  REQUIRE(json.find("\"tag\":\"layer3.fc\"") != std::string::npos);
+  REQUIRE(json.find("\"requested\":1000") != std::string::npos);
+  REQUIRE(json.find("\"pool\":\"small\"") != std::string::npos);
+  const std::string trace = snap.to_chrome_trace();
+  REQUIRE(trace.find("\"traceEvents\"") != std::string::npos);
+  REQUIRE(trace.find("\"name\":\"allocated layer3.fc\"") != std::string::npos);
+  s.pool.deallocate(a, 1000);
+  s.pool.deallocate(b, 3 * MiB);
+}
+
+TEST_CASE("pool options: MGM_ALLOC_CONF", "[pool][options]") {
+  const auto o = mgm::pool_options::parse("max_split_size_mb:128, release_threshold:4GiB,round:512");
+  REQUIRE(o.max_split_bytes == 128 * MiB);
+  REQUIRE(o.release_threshold_bytes == (std::size_t{4} << 30));
+  REQUIRE(o.round_bytes == 512);
+  REQUIRE(o.small_segment_bytes == 2 * MiB);
+  REQUIRE(mgm::pool_options::parse("") == mgm::pool_options{});
+  REQUIRE(mgm::pool_options::parse(mgm::pool_options{}.to_string()) == mgm::pool_options{});
+  REQUIRE(mgm::pool_options::parse("max_split_size:unlimited").max_split_bytes == mgm::pool_options::unlimited);
+  const auto column_of = [](const char* text) -> std::size_t {
+    try {
+      (void)mgm::pool_options::parse(text);
+    } catch (const mgm::parse_error& e) {
+      return e.column();
+    }
+    return 0;
+  };
+  REQUIRE(column_of("round:256,colour:blue") == 11);
+  REQUIRE(column_of("round") == 1);
+  REQUIRE(column_of("small_segment:2XB") == 16);
+  REQUIRE_THROWS_WITH(mgm::pool_options::parse("round:300"), Catch::Contains("power of two"));
+  REQUIRE_THROWS_WITH(mgm::pool_options::parse("small_request:4MiB"), Catch::Contains("small_segment"));
+  REQUIRE_THROWS_WITH(mgm::pool_options::parse("large_segment:1000"), Catch::Contains("multiple of round"));
+}
+
+TEST_CASE("multi_device_pool: a pool per device, made on first use", "[pool][multi]") {
+  auto m = mgm::sim::machine::preset("dgx-h100");
+  mgm::multi_device_pool<mgm::sim::device_allocator> pools{
+      m.device_count(), [&](device_id d) { return m.allocator(d); }, mgm::pool_options{}};
+  REQUIRE_FALSE(pools.has_pool(device_id{3}));
+  void* a = pools.allocate(device_id{3}, 5 * MiB, 256, m.default_stream(device_id{3}));
+  void* b = pools.allocate(device_id{5}, 100, 256, m.default_stream(device_id{5}));
+  REQUIRE(m.owner_of(a) == device_id{3});
+  REQUIRE(m.owner_of(b) == device_id{5});
+  REQUIRE(pools.has_pool(device_id{3}));
+  REQUIRE_FALSE(pools.has_pool(device_id{4}));
+  REQUIRE(pools.statistics(device_id{3}).allocated_bytes.current == 5 * MiB);
+  REQUIRE(pools.total_statistics().reserved_bytes.current == 20 * MiB + 2 * MiB);
+  REQUIRE_THROWS_AS(pools.pool(device_id{8}), mgm::logic_error);
+  pools.deallocate(device_id{3}, a, 5 * MiB, 256, m.default_stream(device_id{3}));
+  pools.deallocate(device_id{5}, b, 100, 256, m.default_stream(device_id{5}));
+  REQUIRE(pools.release_all() == 22 * MiB);
+  for (int d = 0; d < 8; ++d) REQUIRE(m.memory(device_id{d}).used_bytes == 0);
+}
