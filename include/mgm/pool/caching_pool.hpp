@@ -388,16 +388,8 @@ class caching_pool {
 
   detail::block* allocate_slow(std::unique_lock<std::mutex>& lock, detail::stream_slot& slot, std::size_t size,
                                bool small, stream_ref stream) {
-    if constexpr (Statistics) ++stats_.cache_misses;
     detail::tlsf_index& index = slot.index(small);
     const bool capturing = ops_.is_capturing(stream);
-    if (!capturing && !pending_.empty()) {
-      process_pending(true);
-      if (detail::block* b = index.find(size); b != nullptr && acceptable(b, size)) {
-        index.remove(b);
-        return b;
-      }
-    }
     if (detail::block* b = index.scan(size); b != nullptr && acceptable(b, size)) {
       index.remove(b);
       if constexpr (Statistics) ++stats_.cache_hits;
@@ -409,7 +401,10 @@ class caching_pool {
                       " for a stream that is capturing a CUDA graph, and no upstream allocation is allowed "
                       "during capture; run the captured work once before capturing so the pool holds its blocks"};
     }
-    if (detail::block* b = steal(slot, size, small, stream)) return b;
+    if (detail::block* b = steal(slot, size, small, stream)) {
+      if constexpr (Statistics) ++stats_.cache_hits;
+      return b;
+    }
     return allocate_segment(lock, slot, size, small, stream);
   }
 
@@ -516,6 +511,7 @@ class caching_pool {
       stats_.reserved_bytes.add(static_cast<std::int64_t>(seg));
       stats_.segments.add(1);
       ++stats_.upstream_allocations;
+      ++stats_.cache_misses;
     }
     return b;
   }
@@ -558,9 +554,66 @@ class caching_pool {
     return info;
   }
 
+  /// A segment whose blocks are all free but cached by different streams cannot merge (each
+  /// stream may reuse only its own blocks at once). For release, give every block to the head's
+  /// stream: that stream waits, on the device, for an event on each other stream; then the
+  /// segment is one idle block again. Streams capturing a graph are left alone.
+  void unify_free_segments() {
+    for (detail::block* head : segments_) {
+      if (head->whole_segment() || head->state != detail::block_state::free) continue;
+      bool all_free = true;
+      bool capturing = false;
+      for (const detail::block* b = head; b != nullptr && all_free; b = b->next) {
+        all_free = b->state == detail::block_state::free;
+      }
+      if (!all_free) continue;
+      detail::stream_slot* target = head->owner;
+      for (const detail::block* b = head; b != nullptr && !capturing; b = b->next) {
+        capturing = ops_.is_capturing(stream_ref{b->owner->stream});
+      }
+      if (capturing) continue;
+      for (detail::block* b = head->next; b != nullptr; b = b->next) {
+        detail::stream_slot* other = b->owner;
+        if (other == target || (other->event_recorded && detail::epoch_covers(other->event_epoch, b->aux) &&
+                                other->event_complete)) {
+          continue;
+        }
+        if (other->event < 0) other->event = acquire_event();
+        event_type& e = events_[static_cast<std::size_t>(other->event)];
+        if (!other->event_recorded || !detail::epoch_covers(other->event_epoch, b->aux)) {
+          ops_.record(e, stream_ref{other->stream});
+          other->event_epoch = other->free_epoch;
+          other->event_recorded = true;
+          other->event_complete = false;
+        }
+        ops_.wait(stream_ref{target->stream}, e);
+      }
+      // Merge the whole chain into the head, now owned by the target stream.
+      std::size_t total = 0;
+      for (detail::block* b = head; b != nullptr;) {
+        detail::block* next = b->next;
+        b->owner->index(b->small != 0).remove(b);
+        total += b->size;
+        if (b != head) arena_.recycle(b);
+        b = next;
+      }
+      head->size = total;
+      head->next = nullptr;
+      head->owner = target;
+      head->aux = ++target->free_epoch;
+      insert_free(head);
+    }
+  }
+
   /// Returns idle segments to the upstream until `reserved <= keep`; unlocks for the upstream calls.
   std::size_t trim(std::unique_lock<std::mutex>& lock, std::size_t keep) noexcept {
     std::vector<idle_segment> victims;
+    try {
+      unify_free_segments();
+    } catch (const std::exception& e) {
+      log(log_level::warning, std::string{"caching_pool: release could not merge a segment cached by several "
+                                          "streams: "} + e.what());
+    }
     try {
       for (auto& slot : slots_) {
         for (detail::tlsf_index* index : {&slot->small, &slot->large}) {

@@ -40,8 +40,8 @@ struct pool_statistics {
   stat segments;
   std::uint64_t upstream_allocations{0};
   std::uint64_t upstream_frees{0};
-  std::uint64_t cache_hits{0};
-  std::uint64_t cache_misses{0};
+  std::uint64_t cache_hits{0};    ///< allocations served from cached blocks
+  std::uint64_t cache_misses{0};  ///< allocations that needed a new segment (`hits + misses == allocations.total`)
   std::uint64_t stream_steals{0};  ///< blocks taken from another stream's cache (after its event)
   std::uint64_t oom_retries{0};
   std::uint64_t ooms{0};
