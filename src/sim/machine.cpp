@@ -76,15 +76,11 @@ machine_state::machine_state(std::vector<device_spec> specs, topology topo, std:
     auto dev = std::make_unique<device_state>();
     dev->spec = std::move(specs[i]);
     dev->capacity = dev->spec.memory_bytes & ~(allocation_granule - 1);
-    // A GPU's driver maps physical pages into a virtual range, so cudaMalloc does not fail for
-    // want of contiguous memory while enough is free. Twice the capacity of address space gives
-    // the simulator the same property in practice; capacity is charged separately and exactly.
-    dev->address_bytes = 2 * dev->capacity;
-    dev->space = address_space{dev->address_bytes};
+    dev->space = address_space{dev->capacity};
     try {
-      dev->base = map_device_memory(dev->address_bytes, "sim device " + std::to_string(i));
+      dev->base = map_device_memory(dev->capacity, "sim device " + std::to_string(i));
     } catch (...) {
-      for (auto& d : devices) ::munmap(d->base, d->address_bytes);
+      for (auto& d : devices) ::munmap(d->base, d->capacity);
       throw;
     }
     devices.push_back(std::move(dev));
@@ -94,7 +90,10 @@ machine_state::machine_state(std::vector<device_spec> specs, topology topo, std:
 
 machine_state::~machine_state() {
   for (auto& [va, bytes] : reservations) ::munmap(reinterpret_cast<void*>(va), bytes);
-  for (auto& dev : devices) ::munmap(dev->base, dev->address_bytes);
+  for (auto& dev : devices) {
+    ::munmap(dev->base, dev->capacity);
+    for (auto& [p, mapping] : dev->overflow) ::munmap(mapping.first, mapping.second);
+  }
 }
 
 device_state& machine_state::device(device_id d) const {
@@ -144,9 +143,7 @@ void machine_state::throw_out_of_memory(const device_state& dev, device_id d, st
   } else {
     msg += ": " + format_bytes(dev.used) + " in use, " + format_bytes(dev.capacity - dev.used) + " free of " +
            format_bytes(dev.capacity) + " capacity";
-    if (bytes <= dev.capacity - dev.used) {
-      msg += "; the largest contiguous free range is " + format_bytes(dev.space.largest_free()) + " (fragmented)";
-    }
+
   }
   throw out_of_memory{msg, bytes};
 }
@@ -178,11 +175,22 @@ void* machine_state::allocate(device_id d, std::size_t bytes, std::size_t alignm
       charged > dev.capacity - dev.used) {
     throw_out_of_memory(dev, d, bytes, "allocating", false);
   }
-  const auto offset = dev.space.allocate(charged, std::max(alignment, allocation_granule));
-  if (!offset) throw_out_of_memory(dev, d, bytes, "allocating", false);
+  std::byte* p = nullptr;
+  if (const auto offset = dev.space.allocate(charged, std::max(alignment, allocation_granule))) {
+    p = dev.base + *offset;
+  } else {
+    // Enough memory is free but not in one piece of the main range. A GPU's driver maps pages
+    // into a fresh virtual range then; the simulator maps a range of its own for the block.
+    const std::size_t align = std::max(alignment, std::size_t{4096});
+    void* raw = ::mmap(nullptr, charged + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+    if (raw == MAP_FAILED) throw_out_of_memory(dev, d, bytes, "allocating", false);
+    const auto aligned = (reinterpret_cast<std::uintptr_t>(raw) + align - 1) & ~(align - 1);
+    p = reinterpret_cast<std::byte*>(aligned);
+    dev.overflow.emplace(aligned, std::pair{raw, charged + align});
+  }
   dev.used += charged;
   dev.peak_used = std::max(dev.peak_used, dev.used);
-  std::byte* p = dev.base + *offset;
   dev.live.emplace(reinterpret_cast<std::uintptr_t>(p), charged);
   return p;
 }
@@ -206,7 +214,7 @@ void machine_state::deallocate(device_id d, void* p, std::size_t bytes, const st
       const auto owner = [&]() -> std::string {
         const auto* b = static_cast<const std::byte*>(p);
         for (std::size_t i = 0; i < devices.size(); ++i) {
-          if (b >= devices[i]->base && b < devices[i]->base + devices[i]->address_bytes) {
+          if (b >= devices[i]->base && b < devices[i]->base + devices[i]->capacity) {
             return i == d.index() ? std::string{"it lies in this device's memory but is not a live allocation "
                                                 "(already freed, or not the start of a block)"}
                                   : "it belongs to sim device " + std::to_string(i);
@@ -226,15 +234,20 @@ void machine_state::deallocate(device_id d, void* p, std::size_t bytes, const st
                   std::to_string(charged) + " bytes; freed the block. ";
       }
       dev.live.erase(it);
-      const std::size_t offset = static_cast<std::size_t>(static_cast<std::byte*>(p) - dev.base);
-      dev.space.free(offset, charged);
       dev.used -= charged;
-      // Give the host its pages back (freed device memory need not keep its contents).
-      constexpr std::size_t page = 4096;
-      const std::size_t first = (offset + page - 1) & ~(page - 1);
-      const std::size_t last = (offset + charged) & ~(page - 1);
-      if (last > first && last - first >= (std::size_t{1} << 20)) {
-        ::madvise(dev.base + first, last - first, MADV_DONTNEED);
+      if (const auto o = dev.overflow.find(reinterpret_cast<std::uintptr_t>(p)); o != dev.overflow.end()) {
+        ::munmap(o->second.first, o->second.second);
+        dev.overflow.erase(o);
+      } else {
+        const std::size_t offset = static_cast<std::size_t>(static_cast<std::byte*>(p) - dev.base);
+        dev.space.free(offset, charged);
+        // Give the host its pages back (freed device memory need not keep its contents).
+        constexpr std::size_t page = 4096;
+        const std::size_t first = (offset + page - 1) & ~(page - 1);
+        const std::size_t last = (offset + charged) & ~(page - 1);
+        if (last > first && last - first >= (std::size_t{1} << 20)) {
+          ::madvise(dev.base + first, last - first, MADV_DONTNEED);
+        }
       }
       dev.costs.frees += 1;
       dev.costs.upstream_time += costs.free;
@@ -341,15 +354,20 @@ device_allocator machine::allocator(device_id d) const {
 memory_info machine::memory(device_id d) const {
   const auto& dev = state_->device(d);
   const std::lock_guard lock{dev.mutex};
-  return {dev.capacity, dev.used, dev.capacity - dev.used, dev.peak_used,
-          std::min(dev.capacity - dev.used, dev.space.largest_free()), dev.live.size()};
+  return {dev.capacity, dev.used, dev.capacity - dev.used, dev.peak_used, dev.capacity - dev.used, dev.live.size()};
 }
 
 std::optional<device_id> machine::owner_of(const void* p) const noexcept {
   const auto* b = static_cast<const std::byte*>(p);
   for (std::size_t i = 0; i < state_->devices.size(); ++i) {
     const auto& dev = *state_->devices[i];
-    if (b >= dev.base && b < dev.base + dev.address_bytes) return device_id{static_cast<int>(i)};
+    if (b >= dev.base && b < dev.base + dev.capacity) return device_id{static_cast<int>(i)};
+    const std::lock_guard lock{dev.mutex};
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    if (auto o = dev.overflow.upper_bound(addr); o != dev.overflow.begin()) {
+      const auto block = dev.live.find((--o)->first);
+      if (block != dev.live.end() && addr < block->first + block->second) return device_id{static_cast<int>(i)};
+    }
   }
   return std::nullopt;
 }

@@ -49,14 +49,16 @@ struct fault_state {
 struct device_state {
   device_spec spec;
   std::byte* base{nullptr};
-  std::size_t capacity{0};       // bytes that can be allocated (charged) at once
-  std::size_t address_bytes{0};  // the mapped range: twice the capacity (see map_device_memory)
+  std::size_t capacity{0};  // bytes that can be allocated (charged) at once; also the main range's size
 
   mutable std::mutex mutex;
   std::size_t used{0};
   std::size_t peak_used{0};
   address_space space{0};
   std::unordered_map<std::uintptr_t, std::size_t> live;  // pointer -> charged bytes
+  // Blocks placed outside the main range because no contiguous piece of it was free although
+  // enough memory was (a GPU's driver remaps pages instead): pointer -> {mapping, length}.
+  std::map<std::uintptr_t, std::pair<void*, std::size_t>> overflow;
   std::uint64_t invalid_frees{0};
   std::int64_t now_ns{0};
   std::vector<stream_state> streams{1};  // [0] is the default stream

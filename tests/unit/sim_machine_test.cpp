@@ -124,7 +124,10 @@ TEST_CASE("device memory does not fragment: free bytes are what can be allocated
   for (int i = 0; i < 8; i += 2) a.deallocate(blocks[static_cast<std::size_t>(i)], 8 * MiB);
   REQUIRE(m.memory(device_id{0}).free_bytes == 32 * MiB);
   REQUIRE(m.memory(device_id{0}).largest_free_bytes == 32 * MiB);
-  void* big = a.allocate(32 * MiB);
+  void* big = a.allocate(32 * MiB);  // no 32 MiB piece of the range is free: a range of its own
+  REQUIRE(m.owner_of(big) == device_id{0});
+  REQUIRE(m.owner_of(static_cast<char*>(big) + 32 * MiB - 1) == device_id{0});
+  std::memset(big, 1, 32 * MiB);
   REQUIRE_THROWS_AS(a.allocate(256), mgm::out_of_memory);
   a.deallocate(big, 32 * MiB);
   for (int i = 1; i < 8; i += 2) a.deallocate(blocks[static_cast<std::size_t>(i)], 8 * MiB);

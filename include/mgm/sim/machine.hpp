@@ -3,8 +3,9 @@
 /// on hosts without a GPU.
 ///
 /// Glossary:
-/// - *device memory*: one `mmap(MAP_NORESERVE)` range per device, twice its capacity (so that,
-///   as on a GPU, scattered free memory can still be allocated in one piece).
+/// - *device memory*: one `mmap(MAP_NORESERVE)` range per device, as large as its capacity. When
+///   enough memory is free but not in one piece, a block gets a range of its own, as a GPU's
+///   driver remaps pages: `cudaMalloc` does not fail for fragmentation, nor does the simulator.
 ///   Addresses are real; only touched pages cost host RAM, so an 8 x 141 GiB machine runs here.
 /// - *clock*: each device's virtual time in nanoseconds. It moves only by `advance`, or when the
 ///   host waits (`synchronize`, an event's `synchronize`, a free that models `cudaFree`).

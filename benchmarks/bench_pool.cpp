@@ -1,0 +1,109 @@
+// Micro-benchmarks of the caching pool (over the simulated device's allocator, so they run
+// anywhere; the upstream's cost is modelled, never slept):
+// - an alloc + free pair on a cache hit, 256 B to 64 MiB, statistics on and off;
+// - RMM's RANDOM_ALLOCATIONS grid: N allocations of random sizes up to a maximum, freed in random
+//   order, through the pool and straight through the upstream ("direct");
+// - 1 and 2 threads, each on a device of its own, wall time with CPU time beside it.
+#include <mgm/pool/caching_pool.hpp>
+#include <mgm/sim/machine.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <vector>
+
+namespace {
+
+using mgm::device_id;
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+template <bool Statistics>
+void bm_pool_hit(benchmark::State& state) {
+  mgm::sim::machine m{mgm::sim::parse_device_list("8GiB")};
+  mgm::caching_pool<mgm::sim::device_allocator, Statistics> pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  pool.deallocate(pool.allocate(bytes), bytes);  // warm: the block is cached
+  for (auto _ : state) {
+    void* p = pool.allocate(bytes);
+    benchmark::DoNotOptimize(p);
+    pool.deallocate(p, bytes);
+  }
+  state.SetItemsProcessed(state.iterations() * 2);  // events: one allocation and one free
+}
+BENCHMARK_TEMPLATE(bm_pool_hit, true)->Name("pool_hit_pair/stats")->RangeMultiplier(16)->Range(256, 64 << 20);
+BENCHMARK_TEMPLATE(bm_pool_hit, false)->Name("pool_hit_pair/nostats")->RangeMultiplier(16)->Range(256, 64 << 20);
+
+// RMM's RANDOM_ALLOCATIONS_BENCH shape: allocate `count` blocks of uniform random size up to
+// `max_mib` MiB, free them in random order; items are allocations + frees.
+template <class Alloc>
+void random_allocations(benchmark::State& state, Alloc& alloc) {
+  const auto count = static_cast<std::size_t>(state.range(0));
+  const auto max_bytes = static_cast<std::size_t>(state.range(1)) * MiB;
+  std::mt19937_64 rng{42};
+  std::vector<std::size_t> sizes(count);
+  for (auto& s : sizes) s = 1 + rng() % max_bytes;
+  std::vector<std::size_t> order(count);
+  for (std::size_t i = 0; i < count; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<void*> ptrs(count);
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < count; ++i) ptrs[i] = alloc.allocate(sizes[i], 256);
+    for (const std::size_t i : order) alloc.deallocate(ptrs[i], sizes[i], 256);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(2 * count));
+}
+
+void bm_random_pool(benchmark::State& state) {
+  mgm::sim::machine m{mgm::sim::parse_device_list("80GiB")};
+  mgm::caching_pool<mgm::sim::device_allocator> pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  random_allocations(state, pool);
+  state.counters["modelled_upstream_ms"] = m.modelled(device_id{0}).upstream_seconds() * 1e3;
+}
+void bm_random_direct(benchmark::State& state) {
+  mgm::sim::machine m{mgm::sim::parse_device_list("80GiB")};
+  auto direct = m.allocator(device_id{0});
+  random_allocations(state, direct);
+  state.counters["modelled_upstream_ms"] = m.modelled(device_id{0}).upstream_seconds() * 1e3;
+}
+void random_grid(benchmark::internal::Benchmark* b) {
+  for (const int count : {1000, 10000}) {
+    for (const int max_mib : {1, 4, 64}) b->Args({count, max_mib});
+  }
+}
+BENCHMARK(bm_random_pool)->Apply(random_grid)->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_random_direct)->Apply(random_grid)->Unit(benchmark::kMicrosecond);
+
+// Threads on separate devices: each thread a pool of its own, as a data-parallel job has.
+struct per_device_pools {
+  std::unique_ptr<mgm::sim::machine> m;
+  std::vector<std::unique_ptr<mgm::caching_pool<mgm::sim::device_allocator>>> pools;
+};
+per_device_pools& shared_pools() {
+  static per_device_pools p = [] {
+    per_device_pools x;
+    x.m = std::make_unique<mgm::sim::machine>(mgm::sim::machine::preset("dgx-h100"));
+    for (int d = 0; d < 8; ++d) {
+      x.pools.push_back(std::make_unique<mgm::caching_pool<mgm::sim::device_allocator>>(x.m->allocator(device_id{d}),
+                                                                                         mgm::pool_options{}));
+    }
+    return x;
+  }();
+  return p;
+}
+void bm_threads_separate_devices(benchmark::State& state) {
+  auto& pool = *shared_pools().pools[static_cast<std::size_t>(state.thread_index())];
+  std::mt19937_64 rng{static_cast<std::uint64_t>(state.thread_index())};
+  std::vector<std::size_t> sizes(64);
+  for (auto& s : sizes) s = 256 + rng() % (1 * MiB);
+  std::vector<void*> ptrs(sizes.size());
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) ptrs[i] = pool.allocate(sizes[i]);
+    for (std::size_t i = 0; i < sizes.size(); ++i) pool.deallocate(ptrs[i], sizes[i]);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(2 * sizes.size()));
+}
+BENCHMARK(bm_threads_separate_devices)->Threads(1)->Threads(2)->UseRealTime();
+
+}  // namespace
