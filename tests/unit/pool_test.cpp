@@ -200,6 +200,21 @@ TEST_CASE("pool: a block freed on one stream is reused on another only after tha
   ops.destroy_event(e3);
 }
 
+TEST_CASE("pool: release merges a segment cached by several streams", "[pool][streams]") {
+  sim_setup s;
+  const device_id d{0};
+  const auto s1 = s.m.create_stream(d);
+  const auto s2 = s.m.create_stream(d);
+  void* a = s.pool.allocate_async(64 * KiB, 256, s1);
+  void* b = s.pool.allocate_async(64 * KiB, 256, s1);
+  s.m.enqueue(s2, 30us);
+  s.pool.deallocate_async(a, 64 * KiB, 256, s1);
+  s.pool.deallocate_async(b, 64 * KiB, 256, s2);  // b now sits in s2's cache, between s1's blocks
+  REQUIRE(s.pool.snapshot().segments.at(0).blocks.size() == 3);
+  REQUIRE(s.pool.release() == 2 * MiB);  // merged for s1 (which waits for s2 on the device), then freed
+  REQUIRE(s.device_used() == 0);
+}
+
 TEST_CASE("pool: record_stream holds a block until the other stream's work is done", "[pool][streams]") {
   sim_setup s;
   const device_id d{0};
@@ -435,4 +450,13 @@ TEST_CASE("multi_device_pool: a pool per device, made on first use", "[pool][mul
   pools.deallocate(device_id{5}, b, 100, 256, m.default_stream(device_id{5}));
   REQUIRE(pools.release_all() == 22 * MiB);
   for (int d = 0; d < 8; ++d) REQUIRE(m.memory(device_id{d}).used_bytes == 0);
+}
+
+TEST_CASE("pool: class template argument deduction, as the README writes it", "[pool]") {
+  auto machine = mgm::sim::machine::preset("dgx-h100");
+  mgm::caching_pool pool{machine.allocator(device_id{0})};
+  STATIC_REQUIRE(std::is_same_v<decltype(pool), mgm::caching_pool<mgm::sim::device_allocator, true>>);
+  void* p = pool.allocate_async(1000, 256, machine.default_stream(device_id{0}));
+  pool.deallocate_async(p, 1000, 256, machine.default_stream(device_id{0}));
+  REQUIRE(pool.statistics().to_string().find("allocated: 0 B") != std::string::npos);
 }
