@@ -10,6 +10,8 @@
 ///   `pinned_host_allocator`, `managed_allocator`, `host_allocator`)
 /// - the caching pool: `pool/caching_pool.hpp` (its design comment is the place to start),
 ///   `pool/multi_device_pool.hpp`, options (`MGM_ALLOC_CONF`), statistics, snapshots
+/// - adaptors: `adaptors/` (statistics, limiting, tracking with tags and checkpoints, RMM-CSV
+///   logging, fault injection)
 /// - topology: `topology/topology.hpp`
 /// - the simulated machine: `sim/machine.hpp` (and its allocator, seams, faults, cost model)
 /// - interop: `interop/cuda_mr.hpp` (CCCL `cuda::mr`)
@@ -41,6 +43,12 @@
 #include <mgm/pool/pool_options.hpp>
 #include <mgm/pool/pool_snapshot.hpp>
 #include <mgm/pool/pool_statistics.hpp>
+
+#include <mgm/adaptors/fault_injection_adaptor.hpp>
+#include <mgm/adaptors/limiting_adaptor.hpp>
+#include <mgm/adaptors/logging_adaptor.hpp>
+#include <mgm/adaptors/statistics_adaptor.hpp>
+#include <mgm/adaptors/tracking_adaptor.hpp>
 
 #include <mgm/topology/topology.hpp>
 
