@@ -1,0 +1,68 @@
+/// @file
+/// @brief Replaying a trace through an allocator: `replay_result` and the fit search
+/// (../shared/DESIGN.md §7).
+#pragma once
+
+#include <mgm/pool/pool_options.hpp>
+#include <mgm/trace/trace.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mgm {
+
+/// @brief The smallest device capacity (a multiple of 2 MiB) that runs the trace.
+struct replay_fit {
+  std::size_t capacity_bytes{0};
+  double over_peak_live{0.0};             ///< capacity / peak live bytes
+  bool confirmed{false};                  ///< a second replay at that capacity ran too
+  std::vector<std::size_t> non_monotone;  ///< capacities above the fit that failed
+};
+
+/// @brief One allocator's replay of one trace on one device (DESIGN.md §7; `mgm replay --json`).
+struct replay_result {
+  std::string trace;
+  std::string allocator;
+  int device{0};
+  int iterations{0};
+  std::size_t events{0};                       ///< per iteration
+  double host_ns_per_event{0.0};               ///< the replay minus a do-nothing replay, per event
+  double events_per_second{0.0};
+  std::uint64_t upstream_allocations{0};
+  std::uint64_t upstream_frees{0};
+  std::uint64_t upstream_calls_after_first_iteration{0};
+  std::size_t peak_live_bytes{0};              ///< requested bytes
+  std::size_t peak_reserved_bytes{0};          ///< the device's peak use
+  double reserved_over_live{0.0};
+  std::optional<replay_fit> fit;
+  std::optional<double> modelled_upstream_seconds;  ///< on the simulator
+  std::optional<double> measured_upstream_seconds;  ///< on a GPU
+
+  /// @brief One JSON object with exactly the fields above (`fit` null unless searched).
+  [[nodiscard]] std::string to_json() const;
+};
+
+/// @brief How to replay.
+struct replay_options {
+  int iterations{3};
+  bool fit{false};
+  std::size_t capacity_bytes{std::size_t{80} << 30};  ///< the simulated device's memory
+  pool_options pool{};                                 ///< for the `pool` allocator
+};
+
+/// @brief The allocators a trace can be replayed through on the simulator: `pool` (our caching
+/// pool), `direct` (the upstream for every block), `cub` (CUB's CachingDeviceAllocator, power-of-two
+/// bins from 256 B to 256 MiB), `pmr` (`std::pmr::unsynchronized_pool_resource` over the device).
+[[nodiscard]] std::span<const std::string_view> replay_allocators() noexcept;
+
+/// @brief Replays `t` through `allocator` on a simulated device of `options.capacity_bytes`.
+/// @throws mgm::logic_error for an unknown allocator name; mgm::out_of_memory when the trace does
+/// not fit the capacity (the result of a fit search says what would).
+[[nodiscard]] replay_result replay_on_sim(const compiled_trace& t, std::string_view allocator, const replay_options& options);
+
+}  // namespace mgm

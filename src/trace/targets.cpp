@@ -1,0 +1,84 @@
+#include "replay_target.hpp"
+
+#include <mgm/error.hpp>
+#include <mgm/pool/caching_pool.hpp>
+
+#include <memory_resource>
+#include <string>
+
+namespace mgm::detail {
+namespace {
+
+class pool_target final : public replay_target {
+ public:
+  pool_target(sim::machine& m, device_id d, const pool_options& o) : pool_{m.allocator(d), o} {}
+  void* allocate(std::size_t bytes, stream_ref s) override { return pool_.allocate_async(bytes, 256, s); }
+  void deallocate(void* p, std::size_t bytes, stream_ref s) noexcept override { pool_.deallocate_async(p, bytes, 256, s); }
+
+ private:
+  caching_pool<sim::device_allocator, false> pool_;  // statistics off: the replay counts for itself
+};
+
+class direct_target final : public replay_target {
+ public:
+  direct_target(sim::machine& m, device_id d) : upstream_{m.allocator(d)} {}
+  void* allocate(std::size_t bytes, stream_ref s) override { return upstream_.allocate_async(bytes, 256, s); }
+  void deallocate(void* p, std::size_t bytes, stream_ref s) noexcept override {
+    upstream_.deallocate_async(p, bytes, 256, s);
+  }
+
+ private:
+  sim::device_allocator upstream_;
+};
+
+// std::pmr's pool over the device's memory: the simulated memory is real host memory, so the
+// pool may keep its free lists inside the blocks, as it does with any memory resource.
+class device_resource final : public std::pmr::memory_resource {
+ public:
+  explicit device_resource(sim::device_allocator a) : upstream_{a} {}
+
+ private:
+  void* do_allocate(std::size_t bytes, std::size_t alignment) override {
+    return upstream_.allocate(bytes, std::max(alignment, std::size_t{256}));
+  }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t) override { upstream_.deallocate(p, bytes); }
+  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
+  sim::device_allocator upstream_;
+};
+
+class pmr_target final : public replay_target {
+ public:
+  pmr_target(sim::machine& m, device_id d) : resource_{m.allocator(d)}, pool_{&resource_} {}
+  void* allocate(std::size_t bytes, stream_ref) override { return pool_.allocate(bytes, 256); }
+  void deallocate(void* p, std::size_t bytes, stream_ref) noexcept override { pool_.deallocate(p, bytes, 256); }
+
+ private:
+  device_resource resource_;
+  std::pmr::unsynchronized_pool_resource pool_;
+};
+
+class null_target final : public replay_target {
+ public:
+  void* allocate(std::size_t bytes, stream_ref) override {
+    next_ += bytes + 256;
+    return reinterpret_cast<void*>(next_);
+  }
+  void deallocate(void*, std::size_t, stream_ref) noexcept override {}
+
+ private:
+  std::uintptr_t next_{0x1000};
+};
+
+}  // namespace
+
+std::unique_ptr<replay_target> make_replay_target(std::string_view name, sim::machine& m, device_id d,
+                                                  const pool_options& options) {
+  if (name == "pool") return std::make_unique<pool_target>(m, d, options);
+  if (name == "direct") return std::make_unique<direct_target>(m, d);
+  if (name == "cub") return make_cub_target(m, d);
+  if (name == "pmr") return std::make_unique<pmr_target>(m, d);
+  if (name == "null") return std::make_unique<null_target>();
+  MGM_FAIL("unknown allocator '" + std::string{name} + "' for a replay; the allocators are pool, direct, cub, pmr");
+}
+
+}  // namespace mgm::detail
