@@ -121,6 +121,18 @@ concept platform_allocator = stream_allocator<A> && requires(const A& a) {
   { a.stream_ops() } -> std::same_as<typename A::stream_ops_type>;
 };
 
+/// @brief A leaf allocator that also offers its device's virtual-memory seam (`A::vmm_ops_type`,
+/// `a.vmm_ops()`) and its device's size (`a.total_bytes()`): a pool over it can grow expandable
+/// segments instead of asking it for blocks. Adaptors do not offer it: memory mapped through the
+/// seam would bypass them.
+template <class A>
+concept vmm_allocator = platform_allocator<A> && requires(const A& a) {
+  typename A::vmm_ops_type;
+  requires vmm_ops<typename A::vmm_ops_type>;
+  { a.vmm_ops() } -> std::same_as<typename A::vmm_ops_type>;
+  { a.total_bytes() } -> std::convertible_to<std::size_t>;
+};
+
 /// @brief The largest alignment every leaf allocator honours (CUDA's allocation alignment).
 inline constexpr std::size_t cuda_allocation_alignment = 256;
 

@@ -51,6 +51,19 @@ pool_options pool_options::parse(std::string_view conf) {
       const std::size_t colon = item.find(':');
       if (colon == std::string_view::npos) fail(conf, column, "expected key:value");
       const std::string_view name = item.substr(0, colon);
+      if (name == "expandable_segments") {
+        const std::string_view value = item.substr(colon + 1);
+        if (value == "True" || value == "true" || value == "1") {
+          o.expandable_segments = true;
+        } else if (value == "False" || value == "false" || value == "0") {
+          o.expandable_segments = false;
+        } else {
+          fail(conf, column + colon + 1, "expandable_segments takes True or False");
+        }
+        if (comma == conf.size()) break;
+        start = comma + 1;
+        continue;
+      }
       const key* k = nullptr;
       for (const auto& candidate : keys) {
         if (candidate.name == name) k = &candidate;
@@ -58,7 +71,7 @@ pool_options pool_options::parse(std::string_view conf) {
       if (k == nullptr) {
         std::string known;
         for (const auto& candidate : keys) known += (known.empty() ? "" : ", ") + std::string{candidate.name};
-        fail(conf, column, "unknown option '" + std::string{name} + "'; the options are " + known);
+        fail(conf, column, "unknown option '" + std::string{name} + "'; the options are " + known + ", expandable_segments");
       }
       const std::string_view value = item.substr(colon + 1);
       if (value == "unlimited" || value == "none") {
@@ -109,7 +122,7 @@ std::string pool_options::to_string() const {
     const std::size_t v = this->*(k.field);
     out += (out.empty() ? "" : ",") + std::string{k.name} + ":" + (v == unlimited ? "unlimited" : std::to_string(v));
   }
-  return out;
+  return out + ",expandable_segments:" + (expandable_segments ? "True" : "False");
 }
 
 }  // namespace mgm

@@ -43,6 +43,7 @@ const char* state_name(block_snapshot::state_type s) {
     case block_snapshot::state_type::free: return "free";
     case block_snapshot::state_type::allocated: return "allocated";
     case block_snapshot::state_type::pending: return "pending";
+    case block_snapshot::state_type::unmapped: return "unmapped";
   }
   return "?";
 }
@@ -103,7 +104,8 @@ std::string pool_snapshot::to_json() const {
   for (std::size_t i = 0; i < segments.size(); ++i) {
     const auto& seg = segments[i];
     out += std::string{i ? "," : ""} + "{\"address\":" + hex(seg.address) + ",\"size\":" + std::to_string(seg.size) +
-           ",\"pool\":\"" + (seg.small ? "small" : "large") + "\",\"blocks\":[";
+           ",\"pool\":\"" + (seg.small ? "small" : "large") + "\",\"expandable\":" + (seg.expandable ? "true" : "false") +
+           ",\"blocks\":[";
     for (std::size_t j = 0; j < seg.blocks.size(); ++j) {
       const auto& b = seg.blocks[j];
       out += std::string{j ? "," : ""} + "{\"address\":" + hex(b.address) + ",\"size\":" + std::to_string(b.size) +

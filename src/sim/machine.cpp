@@ -359,6 +359,17 @@ memory_info machine::memory(device_id d) const {
 
 std::optional<device_id> machine::owner_of(const void* p) const noexcept {
   const auto* b = static_cast<const std::byte*>(p);
+  {  // memory mapped through the virtual-memory seam belongs to its physical allocation's device
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    const std::lock_guard lock{state_->vmm_mutex};
+    if (auto m = state_->mappings.upper_bound(addr); m != state_->mappings.begin()) {
+      --m;
+      if (addr < m->first + m->second.bytes) {
+        const auto phys = state_->physical.find(m->second.handle);
+        if (phys != state_->physical.end()) return phys->second.device;
+      }
+    }
+  }
   for (std::size_t i = 0; i < state_->devices.size(); ++i) {
     const auto& dev = *state_->devices[i];
     if (b >= dev.base && b < dev.base + dev.capacity) return device_id{static_cast<int>(i)};
@@ -482,6 +493,8 @@ std::size_t device_allocator::free_bytes() const {
   const std::lock_guard lock{dev.mutex};
   return dev.capacity - dev.used;
 }
+
+std::size_t device_allocator::total_bytes() const { return machine_->device(device_).capacity; }
 
 // ---- fault_plan ----------------------------------------------------------------------------
 

@@ -79,6 +79,7 @@ struct physical_allocation {
 struct mapping {
   std::size_t bytes;
   std::uint64_t handle;
+  std::vector<device_id> readers{};  // set by set_access
 };
 
 struct stream_key {

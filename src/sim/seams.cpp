@@ -308,9 +308,31 @@ void vmm_ops::set_access(void* va, std::size_t bytes, std::span<const device_id>
                              machine_->describe(owner) + ": cudaErrorPeerAccessUnsupported"};
       }
     }
+    it->second.readers.assign(readers.begin(), readers.end());
     cursor = it->first + it->second.bytes;
   }
   ::mprotect(va, bytes, readers.empty() ? PROT_NONE : PROT_READ | PROT_WRITE);
+}
+
+std::vector<device_id> vmm_ops::access(const void* va) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(va);
+  const std::lock_guard lock{machine_->vmm_mutex};
+  auto it = machine_->mappings.upper_bound(addr);
+  if (it == machine_->mappings.begin()) return {};
+  --it;
+  if (addr >= it->first + it->second.bytes) return {};
+  return it->second.readers;
+}
+
+std::size_t vmm_ops::mapped_bytes(device_id d) {
+  (void)machine_->device(d);
+  const std::lock_guard lock{machine_->vmm_mutex};
+  std::size_t n = 0;
+  for (const auto& [va, m] : machine_->mappings) {
+    const auto p = machine_->physical.find(m.handle);
+    if (p != machine_->physical.end() && p->second.device == d) n += m.bytes;
+  }
+  return n;
 }
 
 // ---- peer access ---------------------------------------------------------------------------

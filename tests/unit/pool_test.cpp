@@ -28,12 +28,23 @@ constexpr std::size_t MiB = std::size_t{1} << 20;
 using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
 using sim_pool_nostats = mgm::caching_pool<mgm::sim::device_allocator, false>;
 
-template <class Pool>
+struct plain_options {
+  mgm::pool_options operator()() const {
+    mgm::pool_options o;
+    o.expandable_segments = false;
+    return o;
+  }
+};
+struct expandable_options {
+  mgm::pool_options operator()() const { return {}; }
+};
+
+template <class Pool, class Options>
 struct pool_fixture {
   using allocator_type = mgm::allocator_ref<Pool>;
   static constexpr bool exact_oom = true;
   std::unique_ptr<mgm::sim::machine> m = std::make_unique<mgm::sim::machine>(mgm::sim::parse_device_list("2x256MiB"));
-  std::unique_ptr<Pool> pool = std::make_unique<Pool>(m->allocator(device_id{1}), mgm::pool_options{});
+  std::unique_ptr<Pool> pool = std::make_unique<Pool>(m->allocator(device_id{1}), Options{}());
   allocator_type make() { return allocator_type{*pool}; }
   mgm::stream_ref stream() { return m->create_stream(device_id{1}); }
   void touch(void* p, std::size_t n) {
@@ -47,7 +58,8 @@ struct pool_fixture {
     CHECK(m->memory(device_id{1}).used_bytes == 0);
   }
 };
-using pool_fixtures = std::tuple<pool_fixture<sim_pool>, pool_fixture<sim_pool_nostats>>;
+using pool_fixtures = std::tuple<pool_fixture<sim_pool, plain_options>, pool_fixture<sim_pool_nostats, plain_options>,
+                                 pool_fixture<sim_pool, expandable_options>>;
 
 struct log_capture {
   std::mutex mutex;
@@ -62,10 +74,17 @@ struct log_capture {
   ~log_capture() { mgm::set_log_callback(previous); }
 };
 
+// Plain segments (the size policy these tests check); expandable segments have tests of their own.
+mgm::pool_options plain() {
+  mgm::pool_options o;
+  o.expandable_segments = false;
+  return o;
+}
+
 struct sim_setup {
   mgm::sim::machine m;
   sim_pool pool;
-  explicit sim_setup(const char* devices = "1GiB", mgm::pool_options o = {})
+  explicit sim_setup(const char* devices = "1GiB", mgm::pool_options o = plain())
       : m{mgm::sim::parse_device_list(devices)}, pool{m.allocator(device_id{0}), o} {}
   std::size_t device_used() { return m.memory(device_id{0}).used_bytes; }
 };
@@ -140,7 +159,7 @@ TEST_CASE("pool: segment sizes follow the size policy", "[pool]") {
 }
 
 TEST_CASE("pool: max_split_bytes keeps oversize blocks whole", "[pool]") {
-  mgm::pool_options o;
+  mgm::pool_options o = plain();
   o.max_split_bytes = 8 * MiB;
   sim_setup s{"1GiB", o};
   void* big = s.pool.allocate(12 * MiB);
@@ -352,7 +371,7 @@ TEST_CASE("pool: bad input is reported and changes nothing", "[pool]") {
 }
 
 TEST_CASE("pool: a release threshold bounds reserved memory", "[pool]") {
-  mgm::pool_options o;
+  mgm::pool_options o = plain();
   o.release_threshold_bytes = 24 * MiB;
   sim_setup s{"1GiB", o};
   void* a = s.pool.allocate(20 * MiB);
@@ -368,7 +387,7 @@ TEST_CASE("pool: the destructor returns everything, even leaked blocks", "[pool]
   mgm::sim::machine m{mgm::sim::parse_device_list("1GiB")};
   log_capture log;
   {
-    sim_pool pool{m.allocator(device_id{0}), mgm::pool_options{}};
+    sim_pool pool{m.allocator(device_id{0}), plain()};
     (void)pool.allocate(5 * MiB);
     (void)pool.allocate(100);
   }
@@ -435,7 +454,7 @@ TEST_CASE("pool options: MGM_ALLOC_CONF", "[pool][options]") {
 TEST_CASE("multi_device_pool: a pool per device, made on first use", "[pool][multi]") {
   auto m = mgm::sim::machine::preset("dgx-h100");
   mgm::multi_device_pool<mgm::sim::device_allocator> pools{
-      m.device_count(), [&](device_id d) { return m.allocator(d); }, mgm::pool_options{}};
+      m.device_count(), [&](device_id d) { return m.allocator(d); }, plain()};
   REQUIRE_FALSE(pools.has_pool(device_id{3}));
   void* a = pools.allocate(device_id{3}, 5 * MiB, 256, m.default_stream(device_id{3}));
   void* b = pools.allocate(device_id{5}, 100, 256, m.default_stream(device_id{5}));
@@ -455,6 +474,7 @@ TEST_CASE("multi_device_pool: a pool per device, made on first use", "[pool][mul
 TEST_CASE("pool: class template argument deduction, as the README writes it", "[pool]") {
   auto machine = mgm::sim::machine::preset("dgx-h100");
   mgm::caching_pool pool{machine.allocator(device_id{0})};
+  REQUIRE(pool.expandable());  // the default on the simulator
   STATIC_REQUIRE(std::is_same_v<decltype(pool), mgm::caching_pool<mgm::sim::device_allocator, true>>);
   void* p = pool.allocate_async(1000, 256, machine.default_stream(device_id{0}));
   pool.deallocate_async(p, 1000, 256, machine.default_stream(device_id{0}));

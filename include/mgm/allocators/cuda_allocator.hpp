@@ -8,6 +8,7 @@
 #include <mgm/error.hpp>
 #include <mgm/log.hpp>
 #include <mgm/platform/cuda_stream_ops.hpp>
+#include <mgm/platform/cuda_vmm_ops.hpp>
 #include <mgm/properties.hpp>
 #include <mgm/stream.hpp>
 
@@ -31,6 +32,7 @@ namespace mgm {
 class cuda_allocator {
  public:
   using stream_ops_type = cuda_stream_ops;
+  using vmm_ops_type = cuda_vmm_ops;
 
   explicit cuda_allocator(device_id device) noexcept : device_{device} {}
 
@@ -70,6 +72,16 @@ class cuda_allocator {
     return free_bytes;
   }
   [[nodiscard]] stream_ops_type stream_ops() const noexcept { return {}; }
+  /// @brief The virtual-memory seam on this device (for a pool's expandable segments).
+  [[nodiscard]] vmm_ops_type vmm_ops() const noexcept { return {}; }
+  /// @brief The device's memory (`cudaMemGetInfo`).
+  [[nodiscard]] std::size_t total_bytes() const {
+    const scoped_device on{device_};
+    std::size_t free_bytes = 0;
+    std::size_t total = 0;
+    MGM_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
+    return total;
+  }
 
   friend bool operator==(const cuda_allocator& a, const cuda_allocator& b) noexcept { return a.device_ == b.device_; }
   friend void get_property(const cuda_allocator&, device_accessible) noexcept {}

@@ -105,6 +105,14 @@ class cuda_async_allocator {
     return free_bytes;
   }
   [[nodiscard]] stream_ops_type stream_ops() const noexcept { return {}; }
+  /// @brief The device's memory (`cudaMemGetInfo`).
+  [[nodiscard]] std::size_t total_bytes() const {
+    const scoped_device on{device_};
+    std::size_t free_bytes = 0;
+    std::size_t total = 0;
+    MGM_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
+    return total;
+  }
 
   friend bool operator==(const cuda_async_allocator& a, const cuda_async_allocator& b) noexcept {
     return a.pool_ == b.pool_;

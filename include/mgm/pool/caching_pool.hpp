@@ -93,6 +93,19 @@ struct oom_info {
 using oom_handler = std::function<bool(const oom_info&)>;
 
 namespace detail {
+/// The upstream's virtual-memory seam, or a stand-in type when it has none.
+template <class U, bool = vmm_allocator<U>>
+struct vmm_of {
+  struct none {
+    using physical_handle = std::uint64_t;
+  };
+  using type = none;
+};
+template <class U>
+struct vmm_of<U, true> {
+  using type = typename U::vmm_ops_type;
+};
+
 /// The text of `mgm::out_of_memory` for a pool.
 [[nodiscard]] std::string describe_pool_oom(const oom_info& info);
 [[nodiscard]] std::string describe_device(device_id d);
@@ -121,9 +134,17 @@ class caching_pool {
         ops_{upstream_.stream_ops()},
         device_{affinity_of(upstream_)},
         options_{std::move(options)},
-        handler_{std::move(handler)} {
+        handler_{std::move(handler)},
+        vmm_{make_vmm(upstream_)} {
     options_.validate();
     round_mask_ = options_.round_bytes - 1;
+    peers_.push_back(device_);
+    if constexpr (vmm_allocator<Upstream>) {
+      if (options_.expandable_segments && vmm_.supported(device_)) {
+        granule_ = vmm_.granularity(device_);
+        expandable_ = granule_ != 0 && (granule_ & (granule_ - 1)) == 0 && granule_ % options_.round_bytes == 0;
+      }
+    }
   }
 
   caching_pool(const caching_pool&) = delete;
@@ -219,6 +240,28 @@ class caching_pool {
     return trim(lock, bytes_to_keep);
   }
 
+  /// @brief Whether new memory comes from expandable segments (see `pool_options`).
+  [[nodiscard]] bool expandable() const noexcept { return expandable_; }
+
+  /// @brief Gives `peer` read-write access to every granule of the expandable segments, mapped
+  /// now or later (virtual-memory mappings ignore `cudaDeviceEnablePeerAccess`). The placement
+  /// layer calls it after enabling peer access. A no-op for plain segments.
+  /// @throws mgm::cuda_error when the platform refuses (the peer cannot access this device).
+  void grant_access(device_id peer) {
+    const std::lock_guard lock{mutex_};
+    if (std::find(peers_.begin(), peers_.end(), peer) != peers_.end()) return;
+    std::vector<device_id> next = peers_;
+    next.push_back(peer);
+    if constexpr (vmm_allocator<Upstream>) {
+      for (const auto& seg : expandables_) {
+        for_each_mapped_run(*seg, [&](std::uintptr_t va, std::size_t bytes) {
+          vmm_.set_access(reinterpret_cast<void*>(va), bytes, next);
+        });
+      }
+    }
+    peers_ = std::move(next);
+  }
+
   void set_oom_handler(oom_handler handler) {
     const std::lock_guard lock{mutex_};
     handler_ = std::move(handler);
@@ -249,13 +292,16 @@ class caching_pool {
     const std::lock_guard lock{mutex_};
     pool_snapshot snap;
     snap.device = device_.value();
-    for (const detail::block* head : segments_) {
-      segment_snapshot seg{head->addr, 0, head->small != 0, {}};
+    std::vector<const detail::block*> heads(segments_.begin(), segments_.end());
+    for (const auto& e : expandables_) heads.push_back(e->head);
+    for (const detail::block* head : heads) {
+      segment_snapshot seg{head->addr, 0, head->small != 0, head->expandable(), {}};
       for (const detail::block* b = head; b != nullptr; b = b->next) {
         block_snapshot bs;
         bs.address = b->addr;
         bs.size = b->size;
-        bs.state = b->state == detail::block_state::free        ? block_snapshot::state_type::free
+        bs.state = b->unmapped()                                ? block_snapshot::state_type::unmapped
+                   : b->state == detail::block_state::free        ? block_snapshot::state_type::free
                    : b->state == detail::block_state::allocated ? block_snapshot::state_type::allocated
                                                                 : block_snapshot::state_type::pending;
         bs.requested = b->state == detail::block_state::allocated ? b->size - b->aux : 0;
@@ -299,6 +345,17 @@ class caching_pool {
     std::size_t size;
     cudaStream_t stream;
   };
+  // Expandable segments: one reserved range at a time per stream and size class, its granules
+  // mapped as blocks need them (handles[g] != 0) and unmapped again when idle.
+  struct expandable_segment {
+    std::uintptr_t base{0};
+    std::size_t bytes{0};
+    detail::stream_slot* owner{nullptr};
+    bool small{false};
+    detail::block* head{nullptr};
+    std::vector<typename detail::vmm_of<Upstream>::type::physical_handle> handles;
+  };
+
 
   static constexpr std::size_t large_buffer_bytes = std::size_t{20} << 20;
   static constexpr std::size_t max_request_ = std::size_t{1} << 60;
@@ -342,6 +399,7 @@ class caching_pool {
       if (b->next != nullptr) b->next->prev = r;
       b->next = r;
       r->small = b->small;
+      r->vm = b->vm;
       r->owner = &slot;
       r->aux = b->owner == &slot ? b->aux : slot.free_epoch;
       b->size = size;
@@ -370,10 +428,11 @@ class caching_pool {
 #if defined(__GNUC__)
   [[gnu::always_inline]]
 #endif
-  void insert_free(detail::block* b) noexcept {
+  detail::block* insert_free(detail::block* b) noexcept {
     b->state = detail::block_state::free;
     detail::tlsf_index& index = b->owner->index(b->small != 0);
-    if (detail::block* p = b->prev; p != nullptr && p->state == detail::block_state::free && p->owner == b->owner) {
+    if (detail::block* p = b->prev;
+        p != nullptr && p->state == detail::block_state::free && p->owner == b->owner && !p->unmapped()) {
       index.remove(p);
       p->size += b->size;
       p->next = b->next;
@@ -382,7 +441,8 @@ class caching_pool {
       arena_.recycle(b);
       b = p;
     }
-    if (detail::block* n = b->next; n != nullptr && n->state == detail::block_state::free && n->owner == b->owner) {
+    if (detail::block* n = b->next;
+        n != nullptr && n->state == detail::block_state::free && n->owner == b->owner && !n->unmapped()) {
       index.remove(n);
       b->size += n->size;
       b->next = n->next;
@@ -390,6 +450,31 @@ class caching_pool {
       arena_.recycle(n);
     }
     if (b->whole_segment()) idle_bytes_ += b->size;
+    index.insert(b);
+    return b;
+  }
+
+  /// Puts a range without memory behind it into its owner's unmapped index, merged with unmapped
+  /// neighbours.
+  void insert_unmapped(detail::block* b) noexcept {
+    b->state = detail::block_state::free;
+    b->set_unmapped(true);
+    detail::tlsf_index& index = b->owner->unmapped_index(b->small != 0);
+    if (detail::block* p = b->prev; p != nullptr && p->state == detail::block_state::free && p->unmapped()) {
+      index.remove(p);
+      p->size += b->size;
+      p->next = b->next;
+      if (b->next != nullptr) b->next->prev = p;
+      arena_.recycle(b);
+      b = p;
+    }
+    if (detail::block* n = b->next; n != nullptr && n->state == detail::block_state::free && n->unmapped()) {
+      index.remove(n);
+      b->size += n->size;
+      b->next = n->next;
+      if (n->next != nullptr) n->next->prev = b;
+      arena_.recycle(n);
+    }
     index.insert(b);
   }
 
@@ -410,6 +495,7 @@ class caching_pool {
                       "during capture; run the captured work once before capturing so the pool holds its blocks"};
     }
     if (detail::block* b = steal(slot, size, small, stream)) return b;
+    if (expandable_) return grow_expandable(lock, slot, size, small, stream);
     return allocate_segment(lock, slot, size, small, stream);
   }
 
@@ -623,7 +709,7 @@ class caching_pool {
       for (auto& slot : slots_) {
         for (detail::tlsf_index* index : {&slot->small, &slot->large}) {
           index->for_each([&](detail::block* b) {
-            if (reserved_ <= keep || !b->whole_segment()) return;
+            if (reserved_ <= keep || !b->whole_segment() || b->expandable()) return;
             index->remove(b);
             victims.push_back({b->addr, b->size, b->owner->stream});
             reserved_ -= b->size;
@@ -648,7 +734,376 @@ class caching_pool {
       released += v.size;
     }
     lock.lock();
+    if (expandable_ && reserved_ > keep) released += unmap_idle_granules(lock, keep);
     return released;
+  }
+
+  // ---- expandable segments ----------------------------------------------------------------------
+
+  static typename detail::vmm_of<Upstream>::type make_vmm(const Upstream& u) {
+    if constexpr (vmm_allocator<Upstream>) {
+      return u.vmm_ops();
+    } else {
+      (void)u;
+      return {};
+    }
+  }
+
+  expandable_segment& segment_of(const detail::block* b) {
+    for (auto& seg : expandables_) {
+      if (b->addr >= seg->base && b->addr < seg->base + seg->bytes) return *seg;
+    }
+    MGM_FAIL("caching_pool: a block outside its expandable segments");
+  }
+
+  template <class Fn>
+  void for_each_mapped_run(const expandable_segment& seg, Fn&& fn) {
+    std::size_t g = 0;
+    while (g < seg.handles.size()) {
+      if (seg.handles[g] == 0) {
+        ++g;
+        continue;
+      }
+      const std::size_t first = g;
+      while (g < seg.handles.size() && seg.handles[g] != 0) ++g;
+      fn(seg.base + first * granule_, (g - first) * granule_);
+    }
+  }
+
+  /// Serves a miss from the stream's expandable segments: maps the granules the request needs
+  /// (after a free neighbour below, if any) without the lock, then hands out the block. Reserves a
+  /// new range when none has room. Out of memory: unmap idle granules everywhere and retry; then
+  /// the handler; then `out_of_memory`.
+  detail::block* grow_expandable(std::unique_lock<std::mutex>& lock, detail::stream_slot& slot, std::size_t size,
+                                 bool small, stream_ref stream) {
+    if constexpr (!vmm_allocator<Upstream>) {
+      return allocate_segment(lock, slot, size, small, stream);
+    } else {
+      int attempt = 0;
+      while (true) {
+        detail::tlsf_index& free_ranges = slot.unmapped_index(small);
+        detail::block* u = free_ranges.find(size);
+        if (u == nullptr) u = free_ranges.scan(size);
+        if (u == nullptr) {
+          reserve_expandable(lock, slot, size, small);
+          continue;
+        }
+        // Start from a free mapped neighbour below, so that growth extends it.
+        detail::block* below = u->prev;
+        if (below != nullptr && !(below->state == detail::block_state::free && !below->unmapped() &&
+                                  below->owner == &slot)) {
+          below = nullptr;
+        }
+        const std::uintptr_t start = below != nullptr ? below->addr : u->addr;
+        std::size_t map_bytes = start + size - u->addr;
+        (void)mgm::detail::round_up(map_bytes, granule_, map_bytes);
+        map_bytes = std::min(map_bytes, u->size);
+        free_ranges.remove(u);
+        u->state = detail::block_state::pending;  // busy: no one else touches it while unlocked
+        if (below != nullptr) {
+          slot.index(small).remove(below);
+          if (below->whole_segment()) idle_bytes_ -= below->size;
+          below->state = detail::block_state::pending;
+        }
+        expandable_segment& seg = segment_of(u);
+        const std::uintptr_t va = u->addr;
+        lock.unlock();
+        std::vector<typename Upstream::vmm_ops_type::physical_handle> made;
+        bool ok = true;
+        try {
+          for (std::size_t off = 0; off < map_bytes; off += granule_) {
+            const auto h = vmm_.create(device_, granule_);
+            made.push_back(h);
+            vmm_.map(reinterpret_cast<void*>(va + off), granule_, h);
+          }
+          vmm_.set_access(reinterpret_cast<void*>(va), map_bytes, peers_);
+        } catch (const out_of_memory&) {
+          ok = false;
+        } catch (...) {
+          undo_map(va, made);
+          lock.lock();
+          restore_after_failed_map(u, below, slot, small);
+          throw;
+        }
+        if (!ok) undo_map(va, made);
+        lock.lock();
+        if (!ok) {
+          restore_after_failed_map(u, below, slot, small);
+          ++attempt;
+          if (attempt == 1) {
+            process_pending(true);
+            trim(lock, 0);
+            if constexpr (Statistics) ++stats_.oom_retries;
+            continue;
+          }
+          if (attempt == 2) {
+            lock.unlock();
+            oom_info info = describe_oom(size);
+            oom_handler handler;
+            {
+              const std::lock_guard relock{mutex_};
+              handler = handler_;
+            }
+            const bool retry = handler && handler(info);
+            lock.lock();
+            if (retry) {
+              process_pending(true);
+              trim(lock, 0);
+              continue;
+            }
+          }
+          if constexpr (Statistics) ++stats_.ooms;
+          lock.unlock();
+          const oom_info info = describe_oom(size);
+          lock.lock();
+          throw out_of_memory{detail::describe_pool_oom(info), size};
+        }
+        // Record the new granules, split the range, and merge the mapped part with `below`.
+        const std::size_t first = (va - seg.base) / granule_;
+        for (std::size_t i = 0; i < made.size(); ++i) seg.handles[first + i] = made[i];
+        reserved_ += map_bytes;
+        if constexpr (Statistics) {
+          stats_.reserved_bytes.add(static_cast<std::int64_t>(map_bytes));
+          stats_.upstream_allocations += made.size();
+          ++stats_.cache_misses;
+        }
+        if (map_bytes < u->size) {
+          detail::block* rest = arena_.make();
+          rest->addr = u->addr + map_bytes;
+          rest->size = u->size - map_bytes;
+          rest->prev = u;
+          rest->next = u->next;
+          if (u->next != nullptr) u->next->prev = rest;
+          u->next = rest;
+          rest->small = u->small;
+          rest->vm = u->vm;
+          rest->owner = u->owner;
+          insert_unmapped(rest);
+          u->size = map_bytes;
+        }
+        u->set_unmapped(false);
+        u->owner = &slot;
+        u->aux = ++slot.free_epoch;  // new memory: no earlier event covers it
+        if (below != nullptr) {
+          below->state = detail::block_state::free;
+          if (below->whole_segment()) idle_bytes_ += below->size;
+          slot.index(small).insert(below);
+        }
+        detail::block* b = insert_free(u);
+        slot.index(small).remove(b);
+        if (b->whole_segment()) idle_bytes_ -= b->size;
+        return b;
+      }
+    }
+  }
+
+  void undo_map(std::uintptr_t va, const auto& made) noexcept {
+    if constexpr (vmm_allocator<Upstream>) {
+      for (std::size_t i = 0; i < made.size(); ++i) {
+        vmm_.unmap(reinterpret_cast<void*>(va + i * granule_), granule_);  // logs if it was not mapped
+        vmm_.release(made[i]);
+      }
+    }
+  }
+
+  void restore_after_failed_map(detail::block* u, detail::block* below, detail::stream_slot& slot, bool small) noexcept {
+    u->state = detail::block_state::free;
+    slot.unmapped_index(small).insert(u);
+    if (below != nullptr) {
+      below->state = detail::block_state::free;
+      if (below->whole_segment()) idle_bytes_ += below->size;
+      slot.index(small).insert(below);
+    }
+  }
+
+  /// A new reserved range for the stream and size class (the device's memory and an eighth, as
+  /// PyTorch reserves, or the request if larger).
+  void reserve_expandable(std::unique_lock<std::mutex>& lock, detail::stream_slot& slot, std::size_t size, bool small) {
+    if constexpr (vmm_allocator<Upstream>) {
+      std::size_t bytes = upstream_.total_bytes() / 8 * 9;
+      bytes = std::max(bytes, size);
+      (void)mgm::detail::round_up(bytes, granule_, bytes);
+      lock.unlock();
+      void* va = nullptr;
+      try {
+        va = vmm_.reserve(device_, bytes);
+      } catch (...) {
+        lock.lock();
+        throw;
+      }
+      lock.lock();
+      auto seg = std::make_unique<expandable_segment>();
+      seg->base = reinterpret_cast<std::uintptr_t>(va);
+      seg->bytes = bytes;
+      seg->owner = &slot;
+      seg->small = small;
+      seg->handles.assign(bytes / granule_, 0);
+      detail::block* head = arena_.make();
+      head->addr = seg->base;
+      head->size = bytes;
+      head->small = small ? 1 : 0;
+      head->vm = 1;
+      head->owner = &slot;
+      seg->head = head;
+      expandables_.push_back(std::move(seg));
+      if constexpr (Statistics) stats_.segments.add(1);
+      insert_unmapped(head);
+    }
+  }
+
+  /// Unmaps every whole granule of every free mapped block of the expandable segments, until
+  /// `reserved <= keep`. A block's stream may still use it: its event is waited for first (the
+  /// release path may block the host). Unmapping happens without the lock.
+  std::size_t unmap_idle_granules(std::unique_lock<std::mutex>& lock, std::size_t keep) noexcept {
+    if constexpr (!vmm_allocator<Upstream>) {
+      return 0;
+    } else {
+      struct work {
+        detail::block* b;
+        std::vector<typename Upstream::vmm_ops_type::physical_handle> handles;
+      };
+      std::vector<work> todo;
+      std::size_t released = 0;
+      try {
+        for (auto& seg : expandables_) {
+          merge_idle_runs(*seg);
+          for (detail::block* b = seg->head; b != nullptr && reserved_ > keep; b = b->next) {
+            if (b->state != detail::block_state::free || b->unmapped()) continue;
+            std::uintptr_t ga = b->addr;
+            (void)mgm::detail::round_up(ga, granule_, ga);
+            std::uintptr_t gb = (b->addr + b->size) & ~(static_cast<std::uintptr_t>(granule_) - 1);
+            if (gb <= ga) continue;
+            gb = std::min<std::uintptr_t>(gb, ga + std::max<std::size_t>(reserved_ - keep, granule_) / granule_ * granule_ +
+                                                  (((reserved_ - keep) % granule_) != 0 ? granule_ : 0));
+            detail::stream_slot* owner = b->owner;
+            if (ops_.is_capturing(stream_ref{owner->stream})) continue;
+            if (owner->event < 0) owner->event = acquire_event();
+            event_type& e = events_[static_cast<std::size_t>(owner->event)];
+            if (!owner->event_recorded || !detail::epoch_covers(owner->event_epoch, b->aux)) {
+              ops_.record(e, stream_ref{owner->stream});
+              owner->event_epoch = owner->free_epoch;
+              owner->event_recorded = true;
+              owner->event_complete = false;
+            }
+            if (!owner->event_complete) {
+              ops_.synchronize(e);  // the stream may still read this memory
+              owner->event_complete = true;
+            }
+            // Split b into [addr, ga) [ga, gb) [gb, end); the middle goes.
+            owner->index(b->small != 0).remove(b);
+            if (b->whole_segment()) idle_bytes_ -= b->size;
+            const std::uintptr_t end = b->addr + b->size;
+            detail::block* low = nullptr;
+            detail::block* mid = b;
+            detail::block* tail = nullptr;
+            if (ga > b->addr) {
+              low = b;
+              mid = split_off(b, ga - b->addr);  // b keeps [addr, ga)
+            }
+            if (gb < end) tail = split_off(mid, gb - mid->addr);  // mid keeps [ga, gb)
+            // Busy before the neighbours go back: they must not merge with it.
+            mid->state = detail::block_state::pending;
+            mid->set_unmapped(true);
+            if (low != nullptr) insert_free(low);
+            if (tail != nullptr) insert_free(tail);
+            work w{mid, {}};
+            const std::size_t first = (mid->addr - seg->base) / granule_;
+            for (std::size_t g = 0; g < mid->size / granule_; ++g) {
+              w.handles.push_back(seg->handles[first + g]);
+              seg->handles[first + g] = 0;
+            }
+            reserved_ -= mid->size;
+            if constexpr (Statistics) {
+              stats_.reserved_bytes.sub(static_cast<std::int64_t>(mid->size));
+              stats_.upstream_frees += w.handles.size();
+            }
+            released += mid->size;
+            b = mid;
+            todo.push_back(std::move(w));
+          }
+        }
+      } catch (const std::exception& ex) {
+        log(log_level::warning, std::string{"caching_pool: could not unmap idle granules: "} + ex.what());
+      }
+      lock.unlock();
+      for (const auto& w : todo) {
+        for (std::size_t g = 0; g < w.handles.size(); ++g) {
+          vmm_.unmap(reinterpret_cast<void*>(w.b->addr + g * granule_), granule_);
+          vmm_.release(w.handles[g]);
+        }
+      }
+      lock.lock();
+      for (const auto& w : todo) {
+        w.b->owner = segment_of(w.b).owner;
+        insert_unmapped(w.b);
+      }
+      return released;
+    }
+  }
+
+  /// The host waits until `b`'s stream has finished with it (release paths only).
+  void wait_idle(const detail::block* b) {
+    detail::stream_slot* owner = b->owner;
+    if (owner->event < 0) owner->event = acquire_event();
+    event_type& e = events_[static_cast<std::size_t>(owner->event)];
+    if (!owner->event_recorded || !detail::epoch_covers(owner->event_epoch, b->aux)) {
+      ops_.record(e, stream_ref{owner->stream});
+      owner->event_epoch = owner->free_epoch;
+      owner->event_recorded = true;
+      owner->event_complete = false;
+    }
+    if (!owner->event_complete) {
+      ops_.synchronize(e);
+      owner->event_complete = true;
+    }
+  }
+
+  /// Free mapped neighbours cached by different streams cannot merge while in use; on release the
+  /// host waits for their streams, then merges them, so that the granules they share can go too.
+  void merge_idle_runs(expandable_segment& seg) {
+    for (detail::block* b = seg.head; b != nullptr; b = b->next) {
+      if (b->state != detail::block_state::free || b->unmapped()) continue;
+      bool taken = false;
+      while (detail::block* n = b->next) {
+        if (n->state != detail::block_state::free || n->unmapped()) break;
+        if (ops_.is_capturing(stream_ref{b->owner->stream}) || ops_.is_capturing(stream_ref{n->owner->stream})) break;
+        wait_idle(b);
+        wait_idle(n);
+        if (!taken) {
+          b->owner->index(b->small != 0).remove(b);
+          if (b->whole_segment()) idle_bytes_ -= b->size;
+          taken = true;
+        }
+        n->owner->index(n->small != 0).remove(n);
+        if (n->whole_segment()) idle_bytes_ -= n->size;
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next != nullptr) n->next->prev = b;
+        arena_.recycle(n);
+      }
+      if (taken) {
+        b->aux = ++b->owner->free_epoch;
+        b = insert_free(b);
+      }
+    }
+  }
+
+  /// Splits `b` at `offset`; returns the upper part (same state and flags, not in any index).
+  detail::block* split_off(detail::block* b, std::size_t offset) {
+    detail::block* r = arena_.make();
+    r->addr = b->addr + offset;
+    r->size = b->size - offset;
+    r->prev = b;
+    r->next = b->next;
+    if (b->next != nullptr) b->next->prev = r;
+    b->next = r;
+    r->small = b->small;
+    r->vm = b->vm;
+    r->owner = b->owner;
+    r->aux = b->aux;
+    r->state = b->state;
+    b->size = offset;
+    return r;
   }
 
   // ---- blocks used on several streams -------------------------------------------------------------
@@ -752,6 +1207,16 @@ class caching_pool {
       for (const detail::block* b = head; b != nullptr; b = b->next) seg += b->size;
       upstream_.deallocate(reinterpret_cast<void*>(head->addr), seg, cuda_allocation_alignment);
     }
+    if constexpr (vmm_allocator<Upstream>) {
+      for (const auto& seg : expandables_) {
+        for (std::size_t g = 0; g < seg->handles.size(); ++g) {
+          if (seg->handles[g] == 0) continue;
+          vmm_.unmap(reinterpret_cast<void*>(seg->base + g * granule_), granule_);
+          vmm_.release(seg->handles[g]);
+        }
+        vmm_.unreserve(reinterpret_cast<void*>(seg->base), seg->bytes);
+      }
+    }
     for (auto& e : events_) ops_.destroy_event(e);
     if (leaked != 0) {
       try {
@@ -779,6 +1244,11 @@ class caching_pool {
   std::vector<int> free_events_;
   std::vector<pending_free> pending_;
   std::unordered_map<detail::block*, std::vector<cudaStream_t>> extra_uses_;
+  typename detail::vmm_of<Upstream>::type vmm_;
+  bool expandable_{false};
+  std::size_t granule_{0};
+  std::vector<device_id> peers_;  // readers of every mapped granule: the device first
+  std::vector<std::unique_ptr<expandable_segment>> expandables_;
   std::size_t reserved_{0};
   std::size_t idle_bytes_{0};
   std::size_t pending_bytes_{0};

@@ -10,7 +10,7 @@
 namespace mgm {
 
 struct block_snapshot {
-  enum class state_type { free, allocated, pending };
+  enum class state_type { free, allocated, pending, unmapped };
   std::uintptr_t address{0};
   std::size_t size{0};
   std::size_t requested{0};  ///< allocated blocks: what the caller asked for
@@ -23,6 +23,7 @@ struct segment_snapshot {
   std::uintptr_t address{0};
   std::size_t size{0};
   bool small{false};
+  bool expandable{false};  ///< a reserved range whose 2 MiB granules are mapped as needed
   std::vector<block_snapshot> blocks;  ///< in address order, covering the segment
 };
 

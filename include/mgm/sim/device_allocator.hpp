@@ -6,6 +6,7 @@
 #include <mgm/device.hpp>
 #include <mgm/properties.hpp>
 #include <mgm/sim/stream_ops.hpp>
+#include <mgm/sim/vmm_ops.hpp>
 #include <mgm/stream.hpp>
 
 #include <cstddef>
@@ -35,6 +36,7 @@ class machine_state;
 class device_allocator {
  public:
   using stream_ops_type = sim::stream_ops;
+  using vmm_ops_type = sim::vmm_ops;
 
   device_allocator(detail::machine_state* machine, device_id device) noexcept : machine_{machine}, device_{device} {}
 
@@ -46,7 +48,11 @@ class device_allocator {
   [[nodiscard]] device_id device() const noexcept { return device_; }
   /// @brief The device's free memory (`cudaMemGetInfo`'s first figure).
   [[nodiscard]] std::size_t free_bytes() const;
+  /// @brief The device's capacity (`cudaMemGetInfo`'s second figure).
+  [[nodiscard]] std::size_t total_bytes() const;
   [[nodiscard]] stream_ops_type stream_ops() const noexcept { return stream_ops_type{machine_}; }
+  /// @brief The machine's virtual-memory seam (for a pool's expandable segments).
+  [[nodiscard]] vmm_ops_type vmm_ops() const noexcept { return vmm_ops_type{machine_}; }
 
   friend bool operator==(const device_allocator&, const device_allocator&) = default;
   friend void get_property(const device_allocator&, device_accessible) noexcept {}

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace mgm::sim {
 
@@ -42,6 +43,10 @@ class vmm_ops {
   void map(void* va, std::size_t bytes, physical_handle h);
   void unmap(void* va, std::size_t bytes) noexcept;
   void set_access(void* va, std::size_t bytes, std::span<const device_id> readers);
+  /// @brief The devices given access to the mapping at `va` (not part of the seam: for tests).
+  [[nodiscard]] std::vector<device_id> access(const void* va);
+  /// @brief Bytes of `d`'s physical memory mapped now (not part of the seam).
+  [[nodiscard]] std::size_t mapped_bytes(device_id d);
 
   friend bool operator==(const vmm_ops&, const vmm_ops&) = default;
 

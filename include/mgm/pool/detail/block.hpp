@@ -36,9 +36,12 @@ struct alignas(64) block {
   block_state state{block_state::free};
   std::uint8_t small{0};        ///< from a small segment
   std::uint8_t extra_streams{0};  ///< used on other streams too (record_stream)
-  std::uint8_t padding{0};
+  std::uint8_t vm{0};             ///< bit 0: in an expandable segment; bit 1: no memory mapped behind it
 
   [[nodiscard]] bool whole_segment() const noexcept { return prev == nullptr && next == nullptr; }
+  [[nodiscard]] bool expandable() const noexcept { return (vm & 1U) != 0; }
+  [[nodiscard]] bool unmapped() const noexcept { return (vm & 2U) != 0; }
+  void set_unmapped(bool value) noexcept { vm = static_cast<std::uint8_t>(value ? (vm | 2U) : (vm & ~2U)); }
 };
 static_assert(sizeof(block) == 64, "a block record is one cache line");
 

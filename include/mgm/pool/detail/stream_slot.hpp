@@ -17,6 +17,8 @@ struct stream_slot {
   cudaStream_t stream{nullptr};
   tlsf_index small;
   tlsf_index large;
+  tlsf_index unmapped_small;  ///< free ranges of its expandable segments with no memory behind them
+  tlsf_index unmapped_large;
   std::uint32_t free_epoch{0};
   std::uint32_t event_epoch{0};
   int event{-1};               ///< index into the pool's events, -1: none yet
@@ -24,6 +26,7 @@ struct stream_slot {
   bool event_complete{false};
 
   tlsf_index& index(bool is_small) noexcept { return is_small ? small : large; }
+  tlsf_index& unmapped_index(bool is_small) noexcept { return is_small ? unmapped_small : unmapped_large; }
 };
 
 /// `a` happened no later than `b`, on 32-bit counters that wrap.
