@@ -388,8 +388,11 @@ class caching_pool {
     b->state = detail::block_state::allocated;  // before the rest is inserted: it must not merge back
     const std::size_t rest = b->size - size;
     // As PyTorch: a block serving a request of max_split_bytes or more is never split.
+    // In an expandable segment any rest is worth keeping (as PyTorch does): it merges with the
+    // range's next growth instead of being wasted.
     const bool split = size < options_.max_split_bytes &&
-                       (b->small != 0 ? rest >= options_.round_bytes : rest > options_.small_request_bytes);
+                       (b->small != 0 || b->expandable() ? rest >= options_.round_bytes
+                                                          : rest > options_.small_request_bytes);
     if (split) {
       detail::block* r = arena_.make();
       r->addr = b->addr + size;
@@ -495,7 +498,9 @@ class caching_pool {
                       "during capture; run the captured work once before capturing so the pool holds its blocks"};
     }
     if (detail::block* b = steal(slot, size, small, stream)) return b;
-    if (expandable_) return grow_expandable(lock, slot, size, small, stream);
+    // Small requests keep plain 2 MiB segments (one granule each): released whole when idle, they
+    // fragment less than small blocks packed into a shared range whose granules they pin.
+    if (expandable_ && size >= options_.large_direct_bytes) return grow_expandable(lock, slot, size, small, stream);
     return allocate_segment(lock, slot, size, small, stream);
   }
 
