@@ -1,6 +1,7 @@
 // Replays RMM-format traces through every allocator on the simulator and prints one
 // replay_result per line as JSON (the record `mgm replay --json` prints).
-//   mgm_replay_traces [--iterations N] [--fit] [--allocators pool,cub,...] TRACE.csv...
+//   mgm_replay_traces [--iterations N] [--fit] [--allocators pool,cub,...] [--capacity-over-live F] TRACE.csv...
+// --capacity-over-live F runs each trace on a device of F x its peak live bytes.
 #include <mgm/error.hpp>
 #include <mgm/trace/replay.hpp>
 #include <mgm/trace/trace.hpp>
@@ -15,10 +16,13 @@ int main(int argc, char** argv) try {
   mgm::replay_options options;
   std::vector<std::string> allocators{"pool", "direct", "cub", "pmr"};
   std::vector<std::string> files;
+  double capacity_over_live = 0.0;  // 0: the default capacity
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--iterations" && i + 1 < argc) {
       options.iterations = std::atoi(argv[++i]);
+    } else if (a == "--capacity-over-live" && i + 1 < argc) {
+      capacity_over_live = std::atof(argv[++i]);
     } else if (a == "--fit") {
       options.fit = true;
     } else if (a == "--allocators" && i + 1 < argc) {
@@ -38,6 +42,9 @@ int main(int argc, char** argv) try {
   }
   for (const auto& f : files) {
     const auto compiled = mgm::read_rmm_csv_file(f).compile();
+    if (capacity_over_live > 0.0) {
+      options.capacity_bytes = static_cast<std::size_t>(static_cast<double>(compiled.peak_live_bytes) * capacity_over_live);
+    }
     for (const auto& a : allocators) {
       try {
         std::printf("%s\n", mgm::replay_on_sim(compiled, a, options).to_json().c_str());
