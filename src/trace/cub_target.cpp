@@ -90,6 +90,9 @@ inline cudaError_t get_last_error() { return cudaSuccess; }
 #define cudaEventDestroy mgm_cub_shim::event_destroy
 #define cudaGetLastError mgm_cub_shim::get_last_error
 
+// CUB in a namespace of its own here, so that this redirected copy never meets (and never breaks
+// the one-definition rule with) the real CUB a program may also use.
+#define CUB_WRAPPED_NAMESPACE mgm_sim_cub
 #include <cub/util_allocator.cuh>
 
 namespace mgm::detail {
@@ -100,7 +103,7 @@ class cub_target final : public replay_target {
   cub_target(sim::machine& m, device_id d) : machine_{m}, device_{d} {
     bind();
     // Power-of-two bins from 256 B (2^8) to 256 MiB (2^28); larger blocks go straight to cudaMalloc.
-    allocator_ = std::make_unique<cub::CachingDeviceAllocator>(2u, 8u, 28u);
+    allocator_ = std::make_unique<mgm_sim_cub::cub::CachingDeviceAllocator>(2u, 8u, 28u);
   }
   ~cub_target() override {
     bind();
@@ -129,7 +132,7 @@ class cub_target final : public replay_target {
   }
   sim::machine& machine_;
   device_id device_;
-  std::unique_ptr<cub::CachingDeviceAllocator> allocator_;
+  std::unique_ptr<mgm_sim_cub::cub::CachingDeviceAllocator> allocator_;
 };
 
 }  // namespace

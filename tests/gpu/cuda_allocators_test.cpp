@@ -9,10 +9,13 @@
 #include <mgm/platform/cuda_peer_ops.hpp>
 #include <mgm/platform/cuda_stream_ops.hpp>
 #include <mgm/platform/cuda_vmm_ops.hpp>
+#include <mgm/trace/replay.hpp>
+#include <mgm/trace/trace.hpp>
 
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <sstream>
 #include <tuple>
 #include <vector>
 
@@ -173,4 +176,26 @@ TEST_CASE("the CUDA peer seam: already enabled is success", "[gpu]") {
   REQUIRE_NOTHROW(peers.enable(mgm::device_id{0}, mgm::device_id{1}));
   REQUIRE(cudaGetLastError() == cudaSuccess);
   peers.disable(mgm::device_id{0}, mgm::device_id{1});
+}
+
+TEST_CASE("a trace replays on the GPU through the pool, cudaMalloc and cudaMallocAsync", "[gpu][trace]") {
+  std::istringstream in{"Thread,Time,Action,Pointer,Size,Stream\n"
+                        "1,00:00:00.000000,allocate,0x1000,3145728,0\n"
+                        "1,00:00:00.000001,allocate,0x2000,1048576,0\n"
+                        "1,00:00:00.000002,free,0x1000,3145728,0\n"
+                        "1,00:00:00.000003,allocate,0x3000,4194304,0\n"
+                        "1,00:00:00.000004,free,0x2000,1048576,0\n"
+                        "1,00:00:00.000005,free,0x3000,4194304,0\n"};
+  const auto t = mgm::read_rmm_csv(in, "six").compile();
+  mgm::replay_options o;
+  o.iterations = 4;
+  const auto pool = mgm::replay_on_device(t, "pool", o);
+  REQUIRE(pool.upstream_allocations >= 1);
+  REQUIRE(pool.peak_live_bytes == 5u << 20);
+  const auto direct = mgm::replay_on_device(t, "direct", o);
+  REQUIRE(direct.upstream_allocations == 12);
+  REQUIRE(direct.measured_upstream_seconds.has_value());
+  REQUIRE(*direct.measured_upstream_seconds > 0.0);
+  REQUIRE(mgm::replay_on_device(t, "async", o).events == 6);
+  REQUIRE(pool.to_json().find("\"allocator\":\"pool\"") != std::string::npos);
 }

@@ -3,6 +3,7 @@
 /// (../shared/DESIGN.md §7).
 #pragma once
 
+#include <mgm/device.hpp>
 #include <mgm/pool/pool_options.hpp>
 #include <mgm/trace/trace.hpp>
 
@@ -64,5 +65,13 @@ struct replay_options {
 /// @throws mgm::logic_error for an unknown allocator name; mgm::out_of_memory when the trace does
 /// not fit the capacity (the result of a fit search says what would).
 [[nodiscard]] replay_result replay_on_sim(const compiled_trace& t, std::string_view allocator, const replay_options& options);
+
+/// @brief Replays `t` on a real GPU through `pool` (the caching pool over `cudaMalloc`), `direct`
+/// (`cudaMalloc`/`cudaFree` for every block) or `async` (`cudaMallocAsync`), with one CUDA stream
+/// per stream of the trace. `measured_upstream_seconds` is the time inside the driver's calls for
+/// `direct` and `async`; the pool reports its upstream calls from its statistics. No fit search.
+/// @throws mgm::cuda_error (`cudaErrorNoDevice`) without a GPU; mgm::logic_error for another name.
+[[nodiscard]] replay_result replay_on_device(const compiled_trace& t, std::string_view allocator,
+                                             const replay_options& options, device_id device = device_id{0});
 
 }  // namespace mgm

@@ -1,0 +1,167 @@
+// Replays on a real GPU: the same loop and the same do-nothing baseline as on the simulator,
+// through the CUDA leaf allocators and the pool over cudaMalloc.
+#include <mgm/allocators/cuda_allocator.hpp>
+#include <mgm/allocators/cuda_async_allocator.hpp>
+#include <mgm/device.hpp>
+#include <mgm/error.hpp>
+#include <mgm/pool/caching_pool.hpp>
+#include <mgm/trace/replay.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mgm {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+class device_target {
+ public:
+  virtual ~device_target() = default;
+  virtual void* allocate(std::size_t bytes, stream_ref s) = 0;
+  virtual void deallocate(void* p, std::size_t bytes, stream_ref s) noexcept = 0;
+  std::chrono::nanoseconds upstream_time{0};  // time inside cudaMalloc/cudaFree (direct and async only)
+};
+
+template <class A>
+class leaf_target final : public device_target {
+ public:
+  explicit leaf_target(A a) : a_{std::move(a)} {}
+  void* allocate(std::size_t bytes, stream_ref s) override {
+    const auto t0 = clock_type::now();
+    void* p = a_.allocate_async(bytes, 256, s);
+    upstream_time += clock_type::now() - t0;
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes, stream_ref s) noexcept override {
+    const auto t0 = clock_type::now();
+    a_.deallocate_async(p, bytes, 256, s);
+    upstream_time += clock_type::now() - t0;
+  }
+
+ private:
+  A a_;
+};
+
+class pool_target final : public device_target {
+ public:
+  pool_target(device_id d, const pool_options& o) : pool_{cuda_allocator{d}, o} {}
+  void* allocate(std::size_t bytes, stream_ref s) override { return pool_.allocate_async(bytes, 256, s); }
+  void deallocate(void* p, std::size_t bytes, stream_ref s) noexcept override { pool_.deallocate_async(p, bytes, 256, s); }
+  [[nodiscard]] pool_statistics statistics() const { return pool_.statistics(); }
+
+ private:
+  caching_pool<cuda_allocator> pool_;
+};
+
+class null_target final : public device_target {
+ public:
+  void* allocate(std::size_t bytes, stream_ref) override {
+    next_ += bytes + 256;
+    return reinterpret_cast<void*>(next_);
+  }
+  void deallocate(void*, std::size_t, stream_ref) noexcept override {}
+
+ private:
+  std::uintptr_t next_{0x1000};
+};
+
+struct timed {
+  std::chrono::nanoseconds elapsed{0};
+};
+
+template <class AfterFirst>
+timed run(const compiled_trace& t, device_target& target, const std::vector<stream_ref>& streams, int iterations,
+          AfterFirst&& after_first) {
+  std::vector<void*> ptrs(t.slots);
+  const auto start = clock_type::now();
+  for (int it = 0; it < iterations; ++it) {
+    for (const replay_op& op : t.ops) {
+      if (op.is_free) {
+        target.deallocate(ptrs[op.slot], op.bytes, streams[op.stream]);
+      } else {
+        ptrs[op.slot] = target.allocate(op.bytes, streams[op.stream]);
+      }
+    }
+    if (it == 0) after_first();
+  }
+  MGM_CUDA_TRY(cudaDeviceSynchronize());
+  return {clock_type::now() - start};
+}
+
+}  // namespace
+
+replay_result replay_on_device(const compiled_trace& t, std::string_view allocator, const replay_options& o,
+                               device_id device) {
+  MGM_EXPECTS(o.iterations >= 1, "a replay needs at least one iteration");
+  MGM_EXPECTS(allocator == "pool" || allocator == "direct" || allocator == "async",
+              "unknown allocator '" + std::string{allocator} + "' for a replay on a GPU; the allocators are pool, "
+              "direct, async");
+  if (device_count() == 0) throw cuda_error{cudaErrorNoDevice, "replay_on_device: no CUDA device or driver here"};
+  const scoped_device on{device};
+  std::vector<cudaStream_t> owned;
+  std::vector<stream_ref> streams;
+  for (const auto s : t.streams) {
+    if (s == 0) {
+      streams.emplace_back();
+    } else {
+      cudaStream_t made{};
+      MGM_CUDA_TRY(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking));
+      owned.push_back(made);
+      streams.emplace_back(made);
+    }
+  }
+  replay_result r;
+  r.trace = t.name;
+  r.allocator = std::string{allocator};
+  r.device = device.value();
+  r.iterations = o.iterations;
+  r.events = t.ops.size();
+  r.peak_live_bytes = t.peak_live_bytes;
+  try {
+    null_target null;
+    const auto baseline = run(t, null, streams, o.iterations, [] {}).elapsed;
+    std::unique_ptr<device_target> target;
+    if (allocator == "pool") target = std::make_unique<pool_target>(device, o.pool);
+    if (allocator == "direct") target = std::make_unique<leaf_target<cuda_allocator>>(cuda_allocator{device});
+    if (allocator == "async") target = std::make_unique<leaf_target<cuda_async_allocator>>(cuda_async_allocator{device});
+    auto* pool = dynamic_cast<pool_target*>(target.get());
+    std::uint64_t first_calls = 0;
+    const auto elapsed = run(t, *target, streams, o.iterations, [&] {
+                           if (pool != nullptr) {
+                             const auto st = pool->statistics();
+                             first_calls = st.upstream_allocations + st.upstream_frees;
+                           }
+                         }).elapsed;
+    const double events = static_cast<double>(r.events) * o.iterations;
+    const auto net = std::max<std::int64_t>(0, (elapsed - baseline).count());
+    r.host_ns_per_event = static_cast<double>(net) / events;
+    r.events_per_second = net == 0 ? 0.0 : events * 1e9 / static_cast<double>(net);
+    if (pool != nullptr) {
+      const auto st = pool->statistics();
+      r.upstream_allocations = st.upstream_allocations;
+      r.upstream_frees = st.upstream_frees;
+      r.upstream_calls_after_first_iteration = st.upstream_allocations + st.upstream_frees - first_calls;
+      r.peak_reserved_bytes = static_cast<std::size_t>(st.reserved_bytes.peak);
+    } else {
+      r.upstream_allocations = t.allocations * static_cast<std::size_t>(o.iterations);
+      r.upstream_frees = r.upstream_allocations;
+      r.upstream_calls_after_first_iteration = 2 * t.allocations * static_cast<std::size_t>(o.iterations - 1);
+      r.measured_upstream_seconds = std::chrono::duration<double>(target->upstream_time).count();
+      r.peak_reserved_bytes = t.peak_live_bytes;  // what the driver was asked for at the peak
+    }
+    r.reserved_over_live =
+        r.peak_live_bytes == 0 ? 0.0 : static_cast<double>(r.peak_reserved_bytes) / static_cast<double>(r.peak_live_bytes);
+  } catch (...) {
+    for (auto s : owned) (void)cudaStreamDestroy(s);
+    throw;
+  }
+  for (auto s : owned) (void)cudaStreamDestroy(s);
+  return r;
+}
+
+}  // namespace mgm
