@@ -121,7 +121,7 @@ struct vmm_of<U, true> {
 /// upstream call. **Device affinity:** the upstream's device.
 template <platform_allocator Upstream, bool Statistics = true>
   requires has_property_with_value<Upstream, device_affinity>
-class caching_pool {
+class alignas(64) caching_pool {  // whole cache lines: pools of different devices never share one
  public:
   using upstream_type = Upstream;
   using stream_ops_type = typename Upstream::stream_ops_type;
