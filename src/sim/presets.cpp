@@ -34,7 +34,15 @@ machine build(std::string_view name, const std::vector<preset_gpu>& gpus,
   for (std::size_t i = 0; i < gpus.size(); ++i) {
     const auto& g = gpus[i];
     specs.push_back({g.name, g.mib * mib, g.cc, g.numa, g.pcie_p2p});
-    infos.push_back({static_cast<int>(i), g.name, "", "", g.cc, g.mib * mib, g.numa, g.pcie_p2p});
+    gpu_info info;
+    info.ordinal = static_cast<int>(i);
+    info.name = g.name;
+    info.compute_capability = g.cc;
+    info.memory_bytes = g.mib * mib;
+    info.numa_node = g.numa;
+    info.numa_affinity = std::to_string(g.numa);
+    info.pcie_p2p = g.pcie_p2p;
+    infos.push_back(std::move(info));
   }
   topology links{std::move(infos)};
   links.set_paths_from_labels(labels);

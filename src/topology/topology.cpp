@@ -1,7 +1,9 @@
 #include <mgm/error.hpp>
 #include <mgm/topology/topology.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cstdio>
 #include <string>
 
 namespace mgm {
@@ -97,6 +99,159 @@ void topology::set_paths_from_labels(const std::vector<std::vector<std::string_v
     }
   }
   paths_ = std::move(next);
+}
+
+}  // namespace mgm
+
+namespace mgm {
+
+double nvlink_gbps_per_link(int cc) noexcept {
+  // NCCL src/graph/topo.h: SM60 18, SM70 20, SM80 20, SM86 12, SM90 20.6, SM100 40.1.
+  if (cc >= 100) return 40.1;
+  if (cc >= 90) return 20.6;
+  if (cc == 86 || cc == 87 || cc == 89) return 12.0;
+  if (cc >= 70) return 20.0;
+  if (cc >= 60) return 18.0;
+  return 0.0;
+}
+
+double inter_socket_gbps(std::string_view vendor, int model) noexcept {
+  if (vendor == "AuthenticAMD") return 16.0;
+  if (vendor == "IBM") return 32.0;
+  if (vendor == "ARM") return 6.0;
+  if (vendor == "GenuineIntel") {
+    if (model >= 0xCF) return 40.0;
+    if (model >= 0x8F) return 22.0;
+    if (model >= 0x55) return 10.0;
+    return 6.0;
+  }
+  return 10.0;
+}
+
+namespace {
+double pcie_gbps_of(const gpu_info& g) {
+  if (g.pcie_gbps > 0) return g.pcie_gbps;
+  // width x speed / 80 for x16: Gen3 12, Gen4 24, Gen5 48 (V100: Gen3; A100, Ada: Gen4; Hopper+: Gen5).
+  if (g.compute_capability >= 90) return 48.0;
+  if (g.compute_capability >= 80) return 24.0;
+  return 12.0;
+}
+}  // namespace
+
+void topology::add_nic(nic_info nic) {
+  MGM_EXPECTS(nic.to_gpu.size() == gpus_.size(), "topology: a NIC needs a path to each of the " +
+                                                    std::to_string(gpus_.size()) + " GPUs");
+  nics_.push_back(std::move(nic));
+}
+
+double topology::nominal_gbps(device_id a, device_id b) const {
+  const gpu_path& p = path(a, b);
+  const gpu_info& ga = gpus_[a.index()];
+  const gpu_info& gb = gpus_[b.index()];
+  const double pcie = std::min(pcie_gbps_of(ga), pcie_gbps_of(gb));
+  switch (p.type) {
+    case path_type::loc: return 5000.0;
+    case path_type::nvl:
+    case path_type::nvb:
+    case path_type::c2c: {
+      const int cc = std::min(ga.compute_capability, gb.compute_capability);
+      return std::max(1, p.nvlinks) * nvlink_gbps_per_link(cc == 0 ? 80 : cc);
+    }
+    case path_type::pix:
+    case path_type::pxb:
+    case path_type::p2c:
+    case path_type::pxn:
+    case path_type::phb: return pcie;
+    case path_type::sys: return std::min(pcie, inter_socket_gbps_);
+    case path_type::net: return 12.0;
+    case path_type::dis: return 0.0;
+  }
+  return 0.0;
+}
+
+link_bandwidth topology::bandwidth(device_id a, device_id b) const {
+  const std::size_t i = index(a, b);
+  if (!bandwidths_.empty() && bandwidths_[i]) return *bandwidths_[i];
+  return {nominal_gbps(a, b), link_provenance::nominal};
+}
+
+void topology::set_bandwidth(device_id a, device_id b, link_bandwidth bw) {
+  MGM_EXPECTS(bw.gbps >= 0.0, "topology: a bandwidth cannot be negative");
+  const std::size_t i = index(a, b);
+  if (bandwidths_.empty()) bandwidths_.resize(paths_.size());
+  bandwidths_[i] = bw;
+}
+
+std::string topology::to_smi_matrix(bool bandwidths) const {
+  const std::size_t n = gpus_.size();
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < n; ++i) names.push_back("GPU" + std::to_string(i));
+  for (std::size_t k = 0; k < nics_.size(); ++k) names.push_back("NIC" + std::to_string(k));
+  bool any_cpu = false;
+  bool any_numa = false;
+  for (const auto& g : gpus_) {
+    any_cpu = any_cpu || !g.cpu_affinity.empty();
+    any_numa = any_numa || !g.numa_affinity.empty() || g.numa_node.has_value();
+  }
+  std::string out = "\t";
+  for (const auto& name : names) out += name + "\t";
+  if (any_cpu) out += "CPU Affinity\t";
+  if (any_numa) out += "NUMA Affinity\t";
+  out.back() = '\n';
+  const auto cell = [&](std::size_t r, std::size_t c) -> std::string {
+    if (r == c) return " X ";
+    if (r < n && c < n) return path(device_id{static_cast<int>(r)}, device_id{static_cast<int>(c)}).label();
+    if (r < n) return nics_[c - n].to_gpu[r].label();
+    if (c < n) return nics_[r - n].to_gpu[c].label();
+    return "SYS";  // NIC to NIC: not modelled
+  };
+  for (std::size_t r = 0; r < names.size(); ++r) {
+    out += names[r];
+    for (std::size_t c = 0; c < names.size(); ++c) out += "\t" + cell(r, c);
+    if (r < n) {
+      if (any_cpu) out += "\t" + (gpus_[r].cpu_affinity.empty() ? std::string{"N/A"} : gpus_[r].cpu_affinity);
+      if (any_numa) {
+        out += "\t" + (!gpus_[r].numa_affinity.empty() ? gpus_[r].numa_affinity
+                       : gpus_[r].numa_node          ? std::to_string(*gpus_[r].numa_node)
+                                                     : std::string{"N/A"});
+      }
+    }
+    out += "\n";
+  }
+  out += "\nLegend:\n\n"
+         "  X    = Self\n"
+         "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n"
+         "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n"
+         "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
+         "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
+         "  PIX  = Connection traversing at most a single PCIe bridge\n"
+         "  NV#  = Connection traversing a bonded set of # NVLinks\n";
+  if (!nics_.empty()) {
+    out += "\nNIC Legend:\n\n";
+    for (std::size_t k = 0; k < nics_.size(); ++k) {
+      out += "  NIC" + std::to_string(k) + ": " + (nics_[k].device.empty() ? nics_[k].name : nics_[k].device) + "\n";
+    }
+  }
+  if (bandwidths) {
+    out += "\nBandwidth, GB/s per direction (n nominal, d detected, m measured, o overridden):\n\t";
+    for (std::size_t i = 0; i < n; ++i) out += names[i] + "\t";
+    out.back() = '\n';
+    for (std::size_t r = 0; r < n; ++r) {
+      out += names[r];
+      for (std::size_t c = 0; c < n; ++c) {
+        if (r == c) {
+          out += "\t X ";
+          continue;
+        }
+        const auto bw = bandwidth(device_id{static_cast<int>(r)}, device_id{static_cast<int>(c)});
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "\t%.1f%c", bw.gbps, "ndmo"[static_cast<int>(bw.provenance)]);
+        out += buf;
+      }
+      out += "\n";
+    }
+  }
+  return out;
 }
 
 }  // namespace mgm

@@ -10,9 +10,12 @@
 /// Invariants: `path(a, a).type == LOC`; `path(a, b) == path(b, a)`; `nvlinks > 0` exactly when
 /// `smi == NV`.
 ///
-/// This is the foundation's version: GPUs and the pairwise path matrix, enough for the simulated
-/// presets and peer-access decisions. Sources (nvidia-smi text, NCCL XML, live discovery) and
-/// per-link bandwidths build on it.
+/// Bandwidths are per direction, in GB/s, each with its provenance: *nominal* values follow
+/// NCCL's constants (src/graph/topo.h, ../shared/research/topology.md §1.2): per NVLink SM60 18,
+/// SM70 20, SM80 20, SM86 12, SM90 20.6, SM100 40.1; PCIe width x speed / 80 (12 / 24 / 48 GB/s
+/// for Gen3 / 4 / 5 x16); across sockets the CPU's interconnect (Intel 6 / 10 / 22 / 40 by
+/// generation, AMD 16, POWER9 32, ARM 6); a path is as fast as its slowest part.
+/// Sources: `parse_smi_topology` (the text of `nvidia-smi topo -m`), the simulator's presets.
 #pragma once
 
 #include <mgm/device.hpp>
@@ -23,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include <utility>
 
 namespace mgm {
 
@@ -58,9 +62,37 @@ struct gpu_info {
   std::string uuid;                      ///< "GPU-..." when known
   int compute_capability{0};             ///< major * 10 + minor, 0 when unknown
   std::size_t memory_bytes{0};
-  std::optional<int> numa_node;          ///< unknown when absent
+  std::optional<int> numa_node;          ///< the host NUMA node nearest the GPU; unknown when absent
   bool pcie_p2p{true};                   ///< the board allows PCIe peer access (GeForce 40 does not)
+  std::string cpu_affinity;              ///< as nvidia-smi prints it: "0-51,104-155"; "" when unknown
+  std::string numa_affinity;             ///< "0", "0,5-11", "" when unknown
+  std::optional<int> gpu_numa_id;        ///< the GPU's own memory as a NUMA node (Grace Hopper)
+  double pcie_gbps{0.0};                 ///< its PCIe link per direction; 0: by compute capability
 };
+
+/// @brief A network card, kept apart from the GPUs: its name and its path to each GPU.
+struct nic_info {
+  std::string name;                      ///< "NIC0" or "mlx5_0"
+  std::string device;                    ///< "mlx5_0" (from nvidia-smi's NIC legend) when known
+  std::vector<gpu_path> to_gpu;          ///< per GPU ordinal
+};
+
+/// @brief Where a bandwidth figure comes from.
+enum class link_provenance : std::uint8_t { nominal, detected, measured, overridden };
+
+/// @brief A per-direction bandwidth and its provenance.
+struct link_bandwidth {
+  double gbps{0.0};
+  link_provenance provenance{link_provenance::nominal};
+  friend bool operator==(const link_bandwidth&, const link_bandwidth&) = default;
+};
+
+/// @brief NCCL's per-NVLink bandwidth for a compute capability (major * 10 + minor), GB/s.
+[[nodiscard]] double nvlink_gbps_per_link(int compute_capability) noexcept;
+/// @brief NCCL's inter-socket bandwidth for a CPU, GB/s: `vendor` "GenuineIntel", "AuthenticAMD",
+/// "IBM" (POWER9) or "ARM"; Intel by model (Broadwell and older 6, Skylake 10, Sapphire Rapids 22,
+/// Emerald Rapids 40). Unknown: 10 (Skylake-class).
+[[nodiscard]] double inter_socket_gbps(std::string_view vendor, int model = 0) noexcept;
 
 /// @brief GPUs and the path between every pair.
 class topology {
@@ -80,10 +112,42 @@ class topology {
   /// diagonal). @throws mgm::logic_error naming the row and column of a bad cell.
   void set_paths_from_labels(const std::vector<std::vector<std::string_view>>& labels);
 
+  [[nodiscard]] const std::vector<nic_info>& nics() const noexcept { return nics_; }
+  void add_nic(nic_info nic);
+
+  /// @brief The bandwidth from `a` to `b`: a figure set for the pair, or else the nominal one.
+  [[nodiscard]] link_bandwidth bandwidth(device_id a, device_id b) const;
+  /// @brief NCCL's nominal figure for the pair's path (see the file comment).
+  [[nodiscard]] double nominal_gbps(device_id a, device_id b) const;
+  /// @brief Sets the a -> b figure (detected, measured or overridden).
+  void set_bandwidth(device_id a, device_id b, link_bandwidth bw);
+  /// @brief The CPUs' interconnect, GB/s, for paths across sockets (default: `inter_socket_gbps("")`).
+  void set_inter_socket_gbps(double gbps) noexcept { inter_socket_gbps_ = gbps; }
+  [[nodiscard]] double inter_socket() const noexcept { return inter_socket_gbps_; }
+
+  /// @brief The matrix as `nvidia-smi topo -m` prints it (GPUs, then NICs; CPU and NUMA affinity;
+  /// the legend), so nvidia-smi users read it at once. With `bandwidths`, a second matrix of GB/s.
+  [[nodiscard]] std::string to_smi_matrix(bool bandwidths = false) const;
+
+  friend bool operator==(const topology& a, const topology& b) noexcept {
+    return a.paths_ == b.paths_ && a.gpus_.size() == b.gpus_.size();
+  }
+
  private:
   [[nodiscard]] std::size_t index(device_id a, device_id b) const;
   std::vector<gpu_info> gpus_;
   std::vector<gpu_path> paths_;  // row-major gpu_count × gpu_count
+  std::vector<std::optional<link_bandwidth>> bandwidths_;  // row-major; empty: all nominal
+  std::vector<nic_info> nics_;
+  double inter_socket_gbps_{10.0};
 };
+
+/// @brief Reads the text of `nvidia-smi topo -m`: a leading prompt line, tabs and spaces however
+/// aligned, NIC rows and the NIC legend, CPU / NUMA affinity and GPU NUMA ID columns where present
+/// (a GPU's NUMA node is the first of its NUMA affinity; unknown where the column is absent or
+/// `N/A`), the legacy `SOC` label as `SYS`.
+/// @throws mgm::parse_error naming the line (and column) when the text holds no such matrix or a
+/// row of it is malformed.
+[[nodiscard]] topology parse_smi_topology(std::string_view text);
 
 }  // namespace mgm

@@ -1,0 +1,171 @@
+// Every `nvidia-smi topo -m` file of ../shared/data/topologies, against values written by hand
+// from the files (not derived by the parser). Label realdata: skipped when ../shared is absent.
+#include <mgm/error.hpp>
+#include <mgm/topology/topology.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using mgm::device_id;
+
+namespace {
+
+struct expected {
+  const char* file;
+  int gpus;
+  std::vector<const char*> upper;  ///< labels of the pairs (i < j), row by row
+  std::vector<std::optional<int>> numa;
+  std::size_t nics;
+  const char* cpu_affinity_gpu0;
+};
+
+const std::vector<expected>& files() {
+  using o = std::optional<int>;
+  const o unknown = std::nullopt;
+  static const std::vector<expected> all{
+      {"topo_alcf_polaris_4x_a100_nv4_nps4.txt", 4, {"NV4", "NV4", "NV4", "NV4", "NV4", "NV4"}, {3, 2, 1, 0}, 2, "24-31,56-63"},
+      {"topo_asus_esc8000a_e12_4x_rtx6000ada_4nic_stelline.txt", 4, {"NODE", "SYS", "SYS", "SYS", "SYS", "NODE"}, {0, 0, 1, 1}, 4, "0-31"},
+      {"topo_dgx1_v100_8gpu_hybridcubemesh_oneflow_dlperf.txt",
+       8,
+       {"NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS", "NV2", "NV1", "SYS", "NV2", "SYS", "SYS", "NV2", "SYS",
+        "SYS", "NV1", "SYS", "SYS", "SYS", "SYS", "NV1", "NV1", "NV1", "NV2", "NV2", "NV1", "NV2"},
+       {unknown, unknown, unknown, unknown, unknown, unknown, unknown, unknown},
+       1,
+       "0-11,24-35"},
+      {"topo_gcp_a4_8x_b200_nv18_8nic_dranet.txt", 8, std::vector<const char*>(28, "NV18"), {0, 0, 0, 0, 1, 1, 1, 1}, 8, "0-55,112-167"},
+      {"topo_h100_8gpu_nv18_stas00_mlengineering.txt", 8, std::vector<const char*>(28, "NV18"), {0, 0, 0, 0, 1, 1, 1, 1}, 0, "0-51,104-155"},
+      {"topo_hpe_cray_ex_4x_gh200_nv6_gpunumaid_hpcaienvs.txt", 4, std::vector<const char*>(6, "NV6"), {0, 1, 2, 3}, 0, "0-71"},
+      {"topo_legacy_soc_4x_k40m_mlx4_tensorflow_gdr.txt", 4, {"PHB", "SYS", "SYS", "SYS", "SYS", "PHB"}, {unknown, unknown, unknown, unknown}, 1, "0-5"},
+      {"topo_princeton_della_2x_a100_2nic_sys.txt", 2, {"SYS"}, {0, 1}, 2, "0-63"},
+      {"topo_princeton_traverse_power9_4x_v100_nv3.txt", 4, {"NV3", "SYS", "SYS", "SYS", "SYS", "NV3"}, {0, 0, 8, 8}, 4, "0-63"},
+      {"topo_puget_wrx90_2x_rtx6000ada_phb_stelline.txt", 2, {"PHB"}, {0, 0}, 2, "0-23"},
+      {"topo_v100sxm2_8gpu_2nic_handaligned_oneflow_hugectr.txt",
+       8,
+       {"NV1", "NV2", "NV1", "SYS", "SYS", "SYS", "NV2", "NV1", "NV2", "SYS", "SYS", "NV2", "SYS", "NV2", "SYS",
+        "NV1", "SYS", "SYS", "NV1", "SYS", "SYS", "SYS", "NV2", "NV2", "NV1", "NV1", "NV2", "NV1"},
+       {0, 0, 0, 0, 1, 1, 1, 1},
+       2,
+       "0-23,48-71"},
+  };
+  return all;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in{p, std::ios::binary};
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::filesystem::path topologies() {
+  const char* env = std::getenv("MGM_SHARED_DATA");
+  return env != nullptr ? std::filesystem::path{env} / "topologies" : std::filesystem::path{};
+}
+
+}  // namespace
+
+TEST_CASE("realdata: every nvidia-smi topo -m file parses to the values it shows", "[realdata][topology]") {
+  const auto dir = topologies();
+  if (dir.empty() || !std::filesystem::exists(dir)) {
+    WARN("MGM_SKIP: ../shared/data/topologies is absent");
+    return;
+  }
+  std::size_t checked = 0;
+  for (const auto& e : files()) {
+    INFO(e.file);
+    const auto t = mgm::parse_smi_topology(slurp(dir / e.file));
+    REQUIRE(t.gpu_count() == static_cast<std::size_t>(e.gpus));
+    std::size_t k = 0;
+    for (int a = 0; a < e.gpus; ++a) {
+      for (int b = a + 1; b < e.gpus; ++b) {
+        INFO("GPU" << a << "-GPU" << b);
+        REQUIRE(t.path(device_id{a}, device_id{b}).label() == e.upper.at(k));
+        REQUIRE(t.path(device_id{b}, device_id{a}).label() == e.upper.at(k));
+        ++k;
+      }
+    }
+    REQUIRE(k == e.upper.size());
+    for (int g = 0; g < e.gpus; ++g) REQUIRE(t.gpu(device_id{g}).numa_node == e.numa.at(static_cast<std::size_t>(g)));
+    REQUIRE(t.nics().size() == e.nics);
+    REQUIRE(t.gpu(device_id{0}).cpu_affinity == e.cpu_affinity_gpu0);
+    // Printed in nvidia-smi's layout, it reads back to the same matrix.
+    const auto again = mgm::parse_smi_topology(t.to_smi_matrix());
+    REQUIRE(again == t);
+    REQUIRE(again.nics().size() == e.nics);
+    ++checked;
+  }
+  REQUIRE(checked == 11);
+  std::size_t on_disk = 0;
+  for (const auto& entry : std::filesystem::directory_iterator{dir}) on_disk += entry.path().extension() == ".txt" ? 1 : 0;
+  REQUIRE(on_disk == checked);  // a new file needs its expected values here
+}
+
+TEST_CASE("realdata: details the topology files show", "[realdata][topology]") {
+  const auto dir = topologies();
+  if (dir.empty() || !std::filesystem::exists(dir)) {
+    WARN("MGM_SKIP: ../shared/data/topologies is absent");
+    return;
+  }
+  const auto gh = mgm::parse_smi_topology(slurp(dir / "topo_hpe_cray_ex_4x_gh200_nv6_gpunumaid_hpcaienvs.txt"));
+  REQUIRE(gh.gpu(device_id{0}).numa_affinity == "0,5-11");
+  REQUIRE(gh.gpu(device_id{3}).gpu_numa_id == 28);
+  const auto b200 = mgm::parse_smi_topology(slurp(dir / "topo_gcp_a4_8x_b200_nv18_8nic_dranet.txt"));
+  REQUIRE(b200.nics().at(0).device == "mlx5_0");
+  REQUIRE(b200.nics().at(0).to_gpu.at(1).label() == "PIX");
+  REQUIRE(b200.nics().at(7).to_gpu.at(0).label() == "SYS");
+  const auto k40 = mgm::parse_smi_topology(slurp(dir / "topo_legacy_soc_4x_k40m_mlx4_tensorflow_gdr.txt"));
+  REQUIRE(k40.nics().at(0).device == "mlx4_0");
+  REQUIRE(k40.nics().at(0).to_gpu.at(2).label() == "PHB");
+}
+
+TEST_CASE("topology text: errors name the line", "[topology]") {
+  const auto line_of = [](const std::string& text) -> std::size_t {
+    try {
+      (void)mgm::parse_smi_topology(text);
+    } catch (const mgm::parse_error& e) {
+      return e.line();
+    }
+    return 0;
+  };
+  REQUIRE(line_of("") == 1);
+  REQUIRE(line_of("hello\nworld\n") == 2);
+  REQUIRE(line_of("\tGPU0\tGPU1\nGPU0\t X \tNV1\nGPU1\tNV1\n") == 3);           // a short row
+  REQUIRE(line_of("\tGPU0\tGPU1\nGPU0\t X \tNV1\nGPU7\tNV1\t X\n") == 3);      // not a column
+  REQUIRE(line_of("\tGPU0\tGPU1\nGPU0\t X \tNVX\nGPU1\tNVX\t X\n") == 1);      // a bad label (the header's line)
+  REQUIRE_THROWS_WITH(mgm::parse_smi_topology("\tGPU0\tGPU1\nGPU0\t X \tNV1\n"), Catch::Contains("no row for GPU1"));
+  const auto t = mgm::parse_smi_topology("$ nvidia-smi topo -m\r\n\tGPU0\tGPU1\tCPU Affinity\r\nGPU0\t X \tSOC\t0-5\r\nGPU1\tSOC\t X \t6-11\r\n");
+  REQUIRE(t.path(device_id{0}, device_id{1}).label() == "SYS");
+  REQUIRE(t.gpu(device_id{1}).cpu_affinity == "6-11");
+  REQUIRE_FALSE(t.gpu(device_id{1}).numa_node.has_value());
+}
+
+TEST_CASE("topology: nominal bandwidths follow NCCL's constants, overrides keep their provenance", "[topology]") {
+  REQUIRE(mgm::nvlink_gbps_per_link(70) == 20.0);
+  REQUIRE(mgm::nvlink_gbps_per_link(86) == 12.0);
+  REQUIRE(mgm::nvlink_gbps_per_link(90) == 20.6);
+  REQUIRE(mgm::nvlink_gbps_per_link(100) == 40.1);
+  REQUIRE(mgm::inter_socket_gbps("GenuineIntel", 0xCF) == 40.0);
+  REQUIRE(mgm::inter_socket_gbps("GenuineIntel", 0x55) == 10.0);
+  REQUIRE(mgm::inter_socket_gbps("AuthenticAMD") == 16.0);
+  std::vector<mgm::gpu_info> gpus(3);
+  for (auto& g : gpus) g.compute_capability = 90;
+  mgm::topology t{gpus};
+  t.set_path(device_id{0}, device_id{1}, mgm::gpu_path::from_label("NV18"));
+  t.set_path(device_id{0}, device_id{2}, mgm::gpu_path::from_label("PHB"));
+  REQUIRE(t.bandwidth(device_id{0}, device_id{1}).gbps == Approx(18 * 20.6));
+  REQUIRE(t.bandwidth(device_id{0}, device_id{2}).gbps == 48.0);  // PCIe Gen5 x16
+  REQUIRE(t.bandwidth(device_id{1}, device_id{2}).gbps == 10.0);  // SYS: the default inter-socket figure
+  t.set_bandwidth(device_id{0}, device_id{1}, {300.0, mgm::link_provenance::measured});
+  REQUIRE(t.bandwidth(device_id{0}, device_id{1}) == mgm::link_bandwidth{300.0, mgm::link_provenance::measured});
+  REQUIRE(t.bandwidth(device_id{1}, device_id{0}).provenance == mgm::link_provenance::nominal);  // per direction
+  const std::string text = t.to_smi_matrix(true);
+  REQUIRE(text.find("300.0m") != std::string::npos);
+  REQUIRE(text.find("NV18") != std::string::npos);
+}
