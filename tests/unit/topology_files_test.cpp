@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mgm/sim/machine.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -168,4 +170,114 @@ TEST_CASE("topology: nominal bandwidths follow NCCL's constants, overrides keep 
   const std::string text = t.to_smi_matrix(true);
   REQUIRE(text.find("300.0m") != std::string::npos);
   REQUIRE(text.find("NV18") != std::string::npos);
+}
+
+// ---- NCCL topology XML ----------------------------------------------------------------------
+
+namespace {
+struct xml_expected {
+  const char* file;
+  std::size_t gpus;
+  std::size_t nics;
+  std::vector<int> numa;                  ///< per GPU ordinal
+  std::vector<const char*> upper;         ///< labels of the pairs (i < j)
+  double pcie_gbps_gpu0;
+};
+
+std::vector<const char*> labels(std::size_t n, const std::function<const char*(std::size_t, std::size_t)>& f) {
+  std::vector<const char*> out;
+  for (std::size_t a = 0; a < n; ++a) {
+    for (std::size_t b = a + 1; b < n; ++b) out.push_back(f(a, b));
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("realdata: the Azure NCCL topology files", "[realdata][topology][xml]") {
+  const auto dir = topologies();
+  if (dir.empty() || !std::filesystem::exists(dir / "nccl-xml")) {
+    WARN("MGM_SKIP: ../shared/data/topologies/nccl-xml is absent");
+    return;
+  }
+  // Written from the files: ND v2 puts GPUs 0001-0004 under CPU 0 and 0005-0008 under CPU 1,
+  // straight on the CPU; ND v4 pairs two GPUs (and two NICs) under a bridge on each of 4 NUMA
+  // nodes (0003/0004 on node 0, 0001/0002 on 1, 000d/000e on 2, 000b/000c on 3); ND v5 gives each
+  // GPU a bridge of its own, four per socket; NC v4 has one A100 per NUMA node, with <gpu> elements.
+  const auto same_half = [](std::size_t a, std::size_t b) { return (a < 4) == (b < 4) ? "PHB" : "SYS"; };
+  const std::vector<xml_expected> all{
+      {"azure_ndv2-topo.xml", 8, 1, {0, 0, 0, 0, 1, 1, 1, 1}, labels(8, same_half), 24.0},
+      {"azure_ndv4-topo.xml",
+       8,
+       8,
+       {1, 1, 0, 0, 3, 3, 2, 2},
+       labels(8, [](std::size_t a, std::size_t b) { return a / 2 == b / 2 ? "PIX" : "SYS"; }),
+       24.0},
+      {"azure_ndv5-topo.xml", 8, 8, {0, 0, 0, 0, 1, 1, 1, 1}, labels(8, same_half), 48.0},
+      {"azure_ncv4-topo.xml", 4, 1, {0, 1, 2, 3}, labels(4, [](std::size_t, std::size_t) { return "SYS"; }), 0.0},
+  };
+  for (const auto& e : all) {
+    INFO(e.file);
+    const auto t = mgm::parse_nccl_topology_xml(slurp(dir / "nccl-xml" / e.file));
+    REQUIRE(t.gpu_count() == e.gpus);
+    REQUIRE(t.nics().size() == e.nics);
+    std::size_t k = 0;
+    for (std::size_t a = 0; a < e.gpus; ++a) {
+      REQUIRE(t.gpu(device_id{static_cast<int>(a)}).numa_node == e.numa.at(a));
+      for (std::size_t b = a + 1; b < e.gpus; ++b) {
+        INFO("GPU" << a << "-GPU" << b);
+        REQUIRE(t.path(device_id{static_cast<int>(a)}, device_id{static_cast<int>(b)}).label() == e.upper.at(k++));
+      }
+    }
+    REQUIRE(t.gpu(device_id{0}).pcie_gbps == e.pcie_gbps_gpu0);
+    // Written and read back: the same GPUs, NUMA nodes and paths.
+    const auto again = mgm::parse_nccl_topology_xml(mgm::to_nccl_xml(t));
+    REQUIRE(again == t);
+    for (std::size_t a = 0; a < e.gpus; ++a) {
+      REQUIRE(again.gpu(device_id{static_cast<int>(a)}).numa_node == t.gpu(device_id{static_cast<int>(a)}).numa_node);
+      REQUIRE(again.gpu(device_id{static_cast<int>(a)}).pci_bus_id == t.gpu(device_id{static_cast<int>(a)}).pci_bus_id);
+    }
+  }
+  const auto nc = mgm::parse_nccl_topology_xml(slurp(dir / "nccl-xml" / "azure_ncv4-topo.xml"));
+  REQUIRE(nc.gpu(device_id{2}).compute_capability == 80);
+  REQUIRE(nc.nics().at(0).name == "eth0");
+  REQUIRE(nc.inter_socket() == 16.0);  // AMD
+}
+
+TEST_CASE("NCCL XML: the simulated DGX-1's NVLinks and a PCIe tree round-trip", "[topology][xml]") {
+  auto m = mgm::sim::machine::preset("dgx1-v100");
+  const auto xml = mgm::to_nccl_xml(m.links());
+  REQUIRE(xml.find("<nvlink target=") != std::string::npos);
+  REQUIRE(mgm::parse_nccl_topology_xml(xml) == m.links());
+  // PIX pairs, a PXB pair across two bridges, PHB through the CPU, SYS across sockets.
+  std::vector<mgm::gpu_info> gpus(5);
+  for (std::size_t i = 0; i < 5; ++i) gpus[i].numa_node = i < 4 ? 0 : 1;
+  mgm::topology t{gpus};
+  const auto set = [&](int a, int b, const char* l) { t.set_path(device_id{a}, device_id{b}, mgm::gpu_path::from_label(l)); };
+  set(0, 1, "PIX");
+  set(0, 2, "PXB");
+  set(1, 2, "PXB");
+  set(0, 3, "PHB");
+  set(1, 3, "PHB");
+  set(2, 3, "PHB");
+  for (int a = 0; a < 4; ++a) set(a, 4, "SYS");
+  REQUIRE(mgm::parse_nccl_topology_xml(mgm::to_nccl_xml(t)) == t);
+}
+
+TEST_CASE("NCCL XML: malformed text names the line and column", "[topology][xml]") {
+  const auto where = [](const char* text) -> std::pair<std::size_t, std::size_t> {
+    try {
+      (void)mgm::parse_nccl_topology_xml(text);
+    } catch (const mgm::parse_error& e) {
+      return {e.line(), e.column()};
+    }
+    return {0, 0};
+  };
+  REQUIRE(where("").first == 1);
+  const auto mismatch = where("<system>\n  <cpu numaid=\"0\">\n  </gpu>\n</system>");
+  REQUIRE(mismatch.first == 3);
+  REQUIRE(mismatch.second == 8);  // just after the closing name
+  REQUIRE(where("<system>\n<cpu numaid=0/>\n</system>").first == 2);
+  REQUIRE(where("<machine/>").first == 1);
+  REQUIRE_THROWS_WITH(mgm::parse_nccl_topology_xml("<?xml version=\"1.0\"?>\n<!-- none -->\n<system version=\"1\"><cpu/></system>"),
+                      Catch::Contains("no GPU"));
 }

@@ -150,4 +150,18 @@ class topology {
 /// row of it is malformed.
 [[nodiscard]] topology parse_smi_topology(std::string_view text);
 
+/// @brief Reads NCCL's topology XML (`NCCL_TOPO_FILE`): GPUs are `pci` elements of class
+/// 0x0302xx / 0x0300xx or with a `<gpu>`, NICs of class 0x0200xx / 0x0207xx or with a `<nic>`;
+/// paths follow NCCL's rules (NVLink where a `<nvlink>` targets the other GPU; `SYS` across CPUs;
+/// `PIX` under the same bridge, `PXB` under a common bridge, `PHB` through the CPU); ordinals are
+/// NCCL's `dev` numbers, or PCI bus order. NCCL fills NVLinks in at run time, so files without
+/// `<gpu>` elements have none.
+/// @throws mgm::parse_error naming the line and column of malformed XML, or a file with no GPU.
+[[nodiscard]] topology parse_nccl_topology_xml(std::string_view text);
+
+/// @brief NCCL's topology XML for `t`: one `<cpu>` per NUMA node, bridges for the `PIX` / `PXB`
+/// groups, `<nvlink>` elements for `NV#` pairs; `parse_nccl_topology_xml` reads it back to the
+/// same GPU paths (`NODE` reads back as `PHB`, which NCCL does not tell apart).
+[[nodiscard]] std::string to_nccl_xml(const topology& t);
+
 }  // namespace mgm
