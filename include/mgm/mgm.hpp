@@ -12,7 +12,9 @@
 ///   `pool/multi_device_pool.hpp`, options (`MGM_ALLOC_CONF`), statistics, snapshots
 /// - adaptors: `adaptors/` (statistics, limiting, tracking with tags and checkpoints, RMM-CSV
 ///   logging, fault injection)
-/// - topology: `topology/topology.hpp`
+/// - topology: `topology/topology.hpp` (nvidia-smi text, NCCL XML), `topology/discovery.hpp`
+/// - partition: `partition/partitioner.hpp` (capacity-proportional splits, rebalancing)
+/// - trace: `trace/trace.hpp` (RMM CSV), `trace/replay.hpp` (replays, the fit search)
 /// - the simulated machine: `sim/machine.hpp` (and its allocator, seams, faults, cost model)
 /// - interop: `interop/cuda_mr.hpp` (CCCL `cuda::mr`)
 #pragma once
@@ -50,7 +52,13 @@
 #include <mgm/adaptors/statistics_adaptor.hpp>
 #include <mgm/adaptors/tracking_adaptor.hpp>
 
+#include <mgm/topology/discovery.hpp>
 #include <mgm/topology/topology.hpp>
+
+#include <mgm/partition/partitioner.hpp>
+
+#include <mgm/trace/replay.hpp>
+#include <mgm/trace/trace.hpp>
 
 #include <mgm/sim/machine.hpp>
 

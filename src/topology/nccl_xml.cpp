@@ -19,7 +19,7 @@ using detail::xml_element;
 
 struct found_device {
   std::string busid;
-  std::size_t cpu{0};
+  std::size_t cpu{0};  // the socket: its NUMA id, or a key of its own when it has none
   std::optional<int> numa;
   std::vector<std::string> bridges;  // pci bridges from the CPU down
   int sm{0};
@@ -88,12 +88,14 @@ topology parse_nccl_topology_xml(std::string_view text) {
       const int v = parse_int(*id, -1);
       if (v >= 0) numa = v;
     }
+    // A CPU is its NUMA node: two <cpu> elements with one numaid are one socket.
+    const std::size_t cpu_key = numa ? static_cast<std::size_t>(*numa) : (std::size_t{1} << 32) + cpu_index;
     std::function<void(const xml_element&, std::vector<std::string>&)> walk = [&](const xml_element& e,
                                                                                std::vector<std::string>& bridges) {
       for (const auto& child : e.children) {
         if (child->name == "nic") {  // a NIC without a PCI element of its own
           found_device d;
-          d.cpu = cpu_index;
+          d.cpu = cpu_key;
           d.numa = numa;
           d.bridges = bridges;
           for (const auto& net : child->children) {
@@ -116,7 +118,7 @@ topology parse_nccl_topology_xml(std::string_view text) {
         if (is_gpu || is_nic) {
           found_device d;
           d.busid = child->attr_or("busid");
-          d.cpu = cpu_index;
+          d.cpu = cpu_key;
           d.numa = numa;
           d.bridges = bridges;
           d.pcie_gbps = pcie_gbps(*child);
@@ -193,29 +195,39 @@ std::string to_nccl_xml(const topology& t) {
     }
   }
   const auto id = [](std::size_t i) { return device_id{static_cast<int>(i)}; };
-  // One <cpu> per NUMA node (unknown: node 0); within it, GPUs joined by PIX or PXB share a
-  // bridge, and those joined by PIX an inner bridge of their own.
-  std::map<int, std::vector<std::size_t>> by_numa;
-  for (std::size_t i = 0; i < n; ++i) by_numa[t.gpus()[i].numa_node.value_or(0)].push_back(i);
+  // One <cpu> per socket: the GPUs joined by PCIe paths (PIX, PXB, PHB/NODE), with the NUMA id
+  // they share (omitted when unknown, mixed or taken by another socket, so that sockets stay
+  // apart). Within it, GPUs joined by PIX or PXB share a bridge, and those joined by PIX an inner
+  // bridge of their own.
   const auto find = [](std::vector<std::size_t>& parent, std::size_t x) {
     while (parent[x] != x) x = parent[x] = parent[parent[x]];
     return x;
   };
+  std::vector<std::size_t> socket(n), group(n), pix(n);
+  std::iota(socket.begin(), socket.end(), 0);
+  std::iota(group.begin(), group.end(), 0);
+  std::iota(pix.begin(), pix.end(), 0);
+  for (std::size_t a = 0; a < n; ++a) {
+    for (std::size_t b = a + 1; b < n; ++b) {
+      const auto type = t.path(id(a), id(b)).type;
+      if (type == path_type::pix || type == path_type::pxb || type == path_type::phb) socket[find(socket, a)] = find(socket, b);
+      if (type == path_type::pix || type == path_type::pxb) group[find(group, a)] = find(group, b);
+      if (type == path_type::pix) pix[find(pix, a)] = find(pix, b);
+    }
+  }
+  std::map<std::size_t, std::vector<std::size_t>> sockets;
+  for (std::size_t i = 0; i < n; ++i) sockets[find(socket, i)].push_back(i);
+  std::vector<int> used_numa;
   std::string out = "<system version=\"1\">\n";
   int bridge_id = 0;
-  for (const auto& [numa, members] : by_numa) {
-    out += "  <cpu numaid=\"" + std::to_string(numa) + "\">\n";
-    std::vector<std::size_t> group(n), pix(n);
-    std::iota(group.begin(), group.end(), 0);
-    std::iota(pix.begin(), pix.end(), 0);
-    for (const auto a : members) {
-      for (const auto b : members) {
-        if (a >= b) continue;
-        const auto type = t.path(id(a), id(b)).type;
-        if (type == path_type::pix || type == path_type::pxb) group[find(group, a)] = find(group, b);
-        if (type == path_type::pix) pix[find(pix, a)] = find(pix, b);
-      }
+  for (const auto& [root_of_socket, members] : sockets) {
+    std::optional<int> numa = t.gpus()[members[0]].numa_node;
+    for (const auto m : members) {
+      if (t.gpus()[m].numa_node != numa) numa.reset();
     }
+    if (numa && std::find(used_numa.begin(), used_numa.end(), *numa) != used_numa.end()) numa.reset();
+    if (numa) used_numa.push_back(*numa);
+    out += numa ? "  <cpu numaid=\"" + std::to_string(*numa) + "\">\n" : std::string{"  <cpu>\n"};
     const auto gpu_xml = [&](std::size_t i, const std::string& indent) {
       std::string s = indent + "<pci busid=\"" + bus[i] + "\" class=\"0x030200\">\n" + indent + "  <gpu dev=\"" +
                       std::to_string(i) + "\" sm=\"" + std::to_string(t.gpus()[i].compute_capability) + "\">\n";
@@ -229,6 +241,7 @@ std::string to_nccl_xml(const topology& t) {
     };
     std::map<std::size_t, std::vector<std::size_t>> groups;
     for (const auto m : members) groups[find(group, m)].push_back(m);
+    (void)root_of_socket;
     for (auto& [root, gpus] : groups) {
       if (gpus.size() == 1) {
         out += gpu_xml(gpus[0], "    ");
