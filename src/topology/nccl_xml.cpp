@@ -164,6 +164,7 @@ topology parse_nccl_topology_xml(std::string_view text) {
     g.numa_node = gpus[i].numa;
     if (gpus[i].numa) g.numa_affinity = std::to_string(*gpus[i].numa);
     g.pcie_gbps = gpus[i].pcie_gbps;
+    g.pci_depth = static_cast<int>(gpus[i].bridges.size());
     infos.push_back(std::move(g));
   }
   topology t{std::move(infos)};

@@ -182,6 +182,7 @@ struct xml_expected {
   std::vector<int> numa;                  ///< per GPU ordinal
   std::vector<const char*> upper;         ///< labels of the pairs (i < j)
   double pcie_gbps_gpu0;
+  int pci_depth;                          ///< bridges between the CPU and each GPU
 };
 
 std::vector<const char*> labels(std::size_t n, const std::function<const char*(std::size_t, std::size_t)>& f) {
@@ -205,15 +206,16 @@ TEST_CASE("realdata: the Azure NCCL topology files", "[realdata][topology][xml]"
   // GPU a bridge of its own, four per socket; NC v4 has one A100 per NUMA node, with <gpu> elements.
   const auto same_half = [](std::size_t a, std::size_t b) { return (a < 4) == (b < 4) ? "PHB" : "SYS"; };
   const std::vector<xml_expected> all{
-      {"azure_ndv2-topo.xml", 8, 1, {0, 0, 0, 0, 1, 1, 1, 1}, labels(8, same_half), 24.0},
+      {"azure_ndv2-topo.xml", 8, 1, {0, 0, 0, 0, 1, 1, 1, 1}, labels(8, same_half), 24.0, 0},
       {"azure_ndv4-topo.xml",
        8,
        8,
        {1, 1, 0, 0, 3, 3, 2, 2},
        labels(8, [](std::size_t a, std::size_t b) { return a / 2 == b / 2 ? "PIX" : "SYS"; }),
-       24.0},
-      {"azure_ndv5-topo.xml", 8, 8, {0, 0, 0, 0, 1, 1, 1, 1}, labels(8, same_half), 48.0},
-      {"azure_ncv4-topo.xml", 4, 1, {0, 1, 2, 3}, labels(4, [](std::size_t, std::size_t) { return "SYS"; }), 0.0},
+       24.0,
+       1},
+      {"azure_ndv5-topo.xml", 8, 8, {0, 0, 0, 0, 1, 1, 1, 1}, labels(8, same_half), 48.0, 1},
+      {"azure_ncv4-topo.xml", 4, 1, {0, 1, 2, 3}, labels(4, [](std::size_t, std::size_t) { return "SYS"; }), 0.0, 0},
   };
   for (const auto& e : all) {
     INFO(e.file);
@@ -229,6 +231,7 @@ TEST_CASE("realdata: the Azure NCCL topology files", "[realdata][topology][xml]"
       }
     }
     REQUIRE(t.gpu(device_id{0}).pcie_gbps == e.pcie_gbps_gpu0);
+    for (const auto& g : t.gpus()) REQUIRE(g.pci_depth == e.pci_depth);
     // Written and read back: the same GPUs, NUMA nodes and paths.
     const auto again = mgm::parse_nccl_topology_xml(mgm::to_nccl_xml(t));
     REQUIRE(again == t);

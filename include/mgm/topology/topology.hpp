@@ -68,6 +68,7 @@ struct gpu_info {
   std::string numa_affinity;             ///< "0", "0,5-11", "" when unknown
   std::optional<int> gpu_numa_id;        ///< the GPU's own memory as a NUMA node (Grace Hopper)
   double pcie_gbps{0.0};                 ///< its PCIe link per direction; 0: by compute capability
+  std::optional<int> pci_depth;          ///< PCIe bridges between the CPU and the GPU, when known
 };
 
 /// @brief A network card, kept apart from the GPUs: its name and its path to each GPU.
