@@ -87,6 +87,27 @@ int main(int argc, char** argv) try {
     std::printf("\n");
   }
 
+  // Split a model's 81 layers of 512 MiB over what is free now, in proportion (largest remainder).
+  mgm::partition_request work;
+  work.items = 81;
+  work.bytes_per_item = 512 * MiB;
+  for (int d = 0; d < m.device_count(); ++d) {
+    mgm::partition_device pd;
+    pd.free_bytes = m.memory(mgm::device_id{d}).free_bytes;
+    pd.reserve_bytes = 256 * MiB;
+    work.devices.push_back(pd);
+  }
+  try {
+    const auto plan = mgm::partition(work, &m.links());
+    std::printf("\n81 layers of 512 MiB split by free memory (contiguous ranges, best-linked devices adjacent):\n");
+    for (int d = 0; d < m.device_count(); ++d) {
+      const auto [begin, end] = plan.ranges[static_cast<std::size_t>(d)];
+      std::printf("  GPU%d: %2zu layers [%zu, %zu)\n", d, plan.counts[static_cast<std::size_t>(d)], begin, end);
+    }
+  } catch (const mgm::partition_error& e) {
+    std::printf("\n81 layers of 512 MiB do not fit: %s\n", e.what());
+  }
+
   const mgm::device_id smallest{m.device_count() - 1};
   std::printf("\nAsking GPU%d for more than it has left:\n", smallest.value());
   try {

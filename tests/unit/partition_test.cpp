@@ -236,3 +236,15 @@ TEST_CASE("rebalance: hysteresis, overflow and the fewest moves over the best li
   REQUIRE(total == surplus);  // nothing moves twice
   REQUIRE(moved.plan.counts[0] <= 2);
 }
+
+TEST_CASE("partition: the README's example", "[partition]") {
+  mgm::partition_request r;
+  r.items = 81;                    // 81 layers
+  r.bytes_per_item = 1'000'000'000;  // of 1 GB
+  for (std::size_t gb : {80, 80, 80, 40}) {
+    mgm::partition_device d;
+    d.free_bytes = gb * 1'000'000'000;
+    r.devices.push_back(d);
+  }
+  REQUIRE(mgm::partition(r).counts == std::vector<std::size_t>{23, 23, 23, 12});
+}
