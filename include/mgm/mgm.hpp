@@ -14,6 +14,7 @@
 ///   logging, fault injection)
 /// - topology: `topology/topology.hpp` (nvidia-smi text, NCCL XML), `topology/discovery.hpp`
 /// - partition: `partition/partitioner.hpp` (capacity-proportional splits, rebalancing)
+/// - placement: `placement/placement_policy.hpp` (ranking), `peer_access.hpp`, `placed_allocator.hpp`
 /// - trace: `trace/trace.hpp` (RMM CSV), `trace/replay.hpp` (replays, the fit search)
 /// - the simulated machine: `sim/machine.hpp` (and its allocator, seams, faults, cost model)
 /// - interop: `interop/cuda_mr.hpp` (CCCL `cuda::mr`)
@@ -56,6 +57,10 @@
 #include <mgm/topology/topology.hpp>
 
 #include <mgm/partition/partitioner.hpp>
+
+#include <mgm/placement/peer_access.hpp>
+#include <mgm/placement/placed_allocator.hpp>
+#include <mgm/placement/placement_policy.hpp>
 
 #include <mgm/trace/replay.hpp>
 #include <mgm/trace/trace.hpp>

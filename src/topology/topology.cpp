@@ -128,15 +128,13 @@ double inter_socket_gbps(std::string_view vendor, int model) noexcept {
   return 10.0;
 }
 
-namespace {
-double pcie_gbps_of(const gpu_info& g) {
+double pcie_gbps(const gpu_info& g) noexcept {
   if (g.pcie_gbps > 0) return g.pcie_gbps;
   // width x speed / 80 for x16: Gen3 12, Gen4 24, Gen5 48 (V100: Gen3; A100, Ada: Gen4; Hopper+: Gen5).
   if (g.compute_capability >= 90) return 48.0;
   if (g.compute_capability >= 80) return 24.0;
   return 12.0;
 }
-}  // namespace
 
 void topology::add_nic(nic_info nic) {
   MGM_EXPECTS(nic.to_gpu.size() == gpus_.size(), "topology: a NIC needs a path to each of the " +
@@ -148,7 +146,7 @@ double topology::nominal_gbps(device_id a, device_id b) const {
   const gpu_path& p = path(a, b);
   const gpu_info& ga = gpus_[a.index()];
   const gpu_info& gb = gpus_[b.index()];
-  const double pcie = std::min(pcie_gbps_of(ga), pcie_gbps_of(gb));
+  const double pcie = std::min(pcie_gbps(ga), pcie_gbps(gb));
   switch (p.type) {
     case path_type::loc: return 5000.0;
     case path_type::nvl:

@@ -1,5 +1,9 @@
 // Live topology discovery and calibration on the GPUs of this machine (label gpu).
 #include <mgm/device.hpp>
+#include <mgm/allocators/cuda_allocator.hpp>
+#include <mgm/allocators/pinned_host_allocator.hpp>
+#include <mgm/placement/placed_allocator.hpp>
+#include <mgm/platform/cuda_peer_ops.hpp>
 #include <mgm/topology/discovery.hpp>
 
 #include <catch2/catch.hpp>
@@ -43,4 +47,20 @@ TEST_CASE("calibration measures every peer-capable pair", "[gpu][topology]") {
   }
   REQUIRE(peer_pairs == measured);
   std::printf("calibrated %zu pairs\n%s", measured, t.to_smi_matrix(true).c_str());
+}
+
+TEST_CASE("placed_allocator on the real GPUs: local first, host when the reader is full", "[gpu][placement]") {
+  const auto links = mgm::discover_topology();
+  std::vector<std::size_t> reserve(links.gpu_count(), 0);
+  reserve[0] = links.gpu(mgm::device_id{0}).memory_bytes;  // nothing may go to GPU0 beyond its reserve
+  mgm::placed_allocator placed{links, [](mgm::device_id d) { return mgm::cuda_allocator{d}; },
+                               [](std::optional<int>) { return mgm::pinned_host_allocator{mgm::device_id{0}}; },
+                               mgm::cuda_peer_ops{}, reserve};
+  void* p = placed.allocate(mgm::device_id{0}, std::size_t{64} << 20);
+  const auto at = placed.location_of(p);
+  REQUIRE(at.has_value());
+  REQUIRE(at->device != mgm::device_id{0});  // a peer over NVLink, or pinned host memory
+  REQUIRE(placed.statistics().spills == 1);
+  placed.deallocate(p, std::size_t{64} << 20);
+  placed.release_all();
 }

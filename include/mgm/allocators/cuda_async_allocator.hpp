@@ -91,6 +91,17 @@ class cuda_async_allocator {
   void set_release_threshold(std::uint64_t bytes) {
     MGM_CUDA_TRY(cudaMemPoolSetAttribute(pool_.get(), cudaMemPoolAttrReleaseThreshold, &bytes));
   }
+  /// @brief Lets `peer` read and write this pool's memory (`cudaMemPoolSetAccess`: memory pools
+  /// ignore `cudaDeviceEnablePeerAccess`).
+  void grant_access(device_id peer) {
+    if (peer == device_) return;
+    cudaMemAccessDesc desc{};
+    desc.location.type = cudaMemLocationTypeDevice;
+    desc.location.id = peer.value();
+    desc.flags = cudaMemAccessFlagsProtReadWrite;
+    MGM_CUDA_TRY(cudaMemPoolSetAccess(pool_.get(), &desc, 1));
+  }
+
   /// @brief Returns cached memory above `bytes_to_keep` to the system (`cudaMemPoolTrimTo`).
   void release(std::size_t bytes_to_keep = 0) { MGM_CUDA_TRY(cudaMemPoolTrimTo(pool_.get(), bytes_to_keep)); }
 

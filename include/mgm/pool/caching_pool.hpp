@@ -1119,7 +1119,8 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       free_events_.pop_back();
       return e;
     }
-    events_.push_back(ops_.create_event(device_));
+    // A host pool's events live on device 0 (CUDA records them on whichever device's stream).
+    events_.push_back(ops_.create_event(device_.is_host() ? device_id{0} : device_));
     return static_cast<int>(events_.size() - 1);
   }
 

@@ -26,6 +26,7 @@
 #include <mgm/sim/device_spec.hpp>
 #include <mgm/sim/fault_plan.hpp>
 #include <mgm/sim/peer_ops.hpp>
+#include <mgm/sim/pinned_host_allocator.hpp>
 #include <mgm/sim/stream_ops.hpp>
 #include <mgm/sim/vmm_ops.hpp>
 #include <mgm/stream.hpp>
@@ -95,6 +96,10 @@ class machine {
 
   /// @brief The device's allocator (a handle). @throws mgm::logic_error when `d` is out of range.
   [[nodiscard]] device_allocator allocator(device_id d) const;
+  /// @brief Pinned host memory near `numa_node` (unknown: any), for a host tier.
+  [[nodiscard]] pinned_host_allocator host_allocator(std::optional<int> numa_node = std::nullopt) const noexcept {
+    return pinned_host_allocator{state_.get(), numa_node};
+  }
   [[nodiscard]] memory_info memory(device_id d) const;
   /// @brief The device whose memory holds `p`, if any.
   [[nodiscard]] std::optional<device_id> owner_of(const void* p) const noexcept;

@@ -90,6 +90,10 @@ struct link_bandwidth {
 
 /// @brief NCCL's per-NVLink bandwidth for a compute capability (major * 10 + minor), GB/s.
 [[nodiscard]] double nvlink_gbps_per_link(int compute_capability) noexcept;
+/// @brief A GPU's PCIe link per direction, GB/s: its own figure, or NCCL's width x speed / 80 for
+/// the generation its compute capability implies (x16: Volta Gen3 12, Ampere and Ada Gen4 24,
+/// Hopper and later Gen5 48).
+[[nodiscard]] double pcie_gbps(const gpu_info& g) noexcept;
 /// @brief NCCL's inter-socket bandwidth for a CPU, GB/s: `vendor` "GenuineIntel", "AuthenticAMD",
 /// "IBM" (POWER9) or "ARM"; Intel by model (Broadwell and older 6, Skylake 10, Sapphire Rapids 22,
 /// Emerald Rapids 40). Unknown: 10 (Skylake-class).

@@ -1,0 +1,287 @@
+/// @file
+/// @brief `placed_allocator`: a caching pool per GPU, spilling to NVLink peers before host memory.
+#pragma once
+
+#include <mgm/concepts.hpp>
+#include <mgm/device.hpp>
+#include <mgm/error.hpp>
+#include <mgm/placement/peer_access.hpp>
+#include <mgm/placement/placement_policy.hpp>
+#include <mgm/pool/caching_pool.hpp>
+#include <mgm/pool/multi_device_pool.hpp>
+#include <mgm/topology/topology.hpp>
+
+#include <cstddef>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+namespace mgm {
+
+/// @brief One buffer that could not live on its reader.
+struct spill_record {
+  std::size_t bytes{0};
+  device_id reader{0};
+  memory_location to;
+  std::string path;     ///< nvidia-smi's label from the reader, or "host"
+  bool staged{false};   ///< the reader has no direct access: copies are staged
+};
+
+/// @brief A buffer moved by `rebalance()`: its old and new address.
+struct moved_buffer {
+  void* from_ptr{nullptr};
+  void* to_ptr{nullptr};
+  std::size_t bytes{0};
+  memory_location from;
+  device_id to{0};
+};
+
+struct placement_statistics {
+  std::size_t allocations{0};
+  std::size_t local{0};          ///< placed on their reader
+  std::size_t spills{0};         ///< placed elsewhere
+  std::size_t spilled_bytes{0};  ///< live now, elsewhere than their reader
+  std::size_t to_peers{0};
+  std::size_t to_host{0};
+  std::size_t staged{0};
+};
+
+/// @brief Allocates memory for a reader GPU: on the reader when its pool has room above the
+/// device's reserve, else along `rank_placements` (NVLink peers, fast PCIe peers, pinned host
+/// memory near the reader, remote host memory), enabling peer access as needed through
+/// `peer_access` and granting it on the owner pool's expandable granules. Every spill is
+/// recorded; a free goes back to the owner's pool; `rebalance()` pulls spilled buffers home when
+/// their reader has room again (they move: it returns the new addresses).
+/// @tparam Upstream the GPUs' upstream (a `platform_allocator`; a `cuda_async_allocator`'s memory
+///   pool is given access too, through `cudaMemPoolSetAccess`); @tparam HostUpstream the host
+///   tier's (`pinned_host_allocator`, `sim::pinned_host_allocator`), a caching pool per NUMA node
+///   (`make_host` receives the node; CUDA's pinned allocations are not bound to one).
+/// @tparam PeerOps the peer seam of the platform.
+/// **Thread safety:** safe. **Device affinity:** explicit in every call.
+template <platform_allocator Upstream, platform_allocator HostUpstream, peer_ops PeerOps>
+class placed_allocator {
+ public:
+  using device_pools = multi_device_pool<Upstream, true>;
+  using host_pool = caching_pool<HostUpstream, true>;
+  using copy_function = std::function<void(void* dst, const void* src, std::size_t bytes)>;
+
+  /// @param reserve_bytes per GPU, kept free by placement (empty: none).
+  /// @param copy moves a buffer for `rebalance()` (default: `std::memcpy`, right for the simulator
+  ///   and host memory; give `cudaMemcpy` with `cudaMemcpyDefault` for GPUs).
+  placed_allocator(const topology& links, std::function<Upstream(device_id)> make_device,
+                   std::function<HostUpstream(std::optional<int>)> make_host, PeerOps peers,
+                   std::vector<std::size_t> reserve_bytes = {}, placement_options options = {},
+                   pool_options pools = pool_options{}, copy_function copy = {})
+      : links_{links},
+        pools_{static_cast<int>(links.gpu_count()), std::move(make_device), pools},
+        make_host_{std::move(make_host)},
+        peers_{std::move(peers), links},
+        reserve_{std::move(reserve_bytes)},
+        options_{options},
+        pool_options_{std::move(pools)},
+        copy_{copy ? std::move(copy) : copy_function{[](void* d, const void* s, std::size_t n) { std::memcpy(d, s, n); }}} {
+    MGM_EXPECTS(reserve_.empty() || reserve_.size() == links.gpu_count(), "placed_allocator: one reserve per GPU");
+  }
+
+  /// @brief Memory for `reader`, placed as described above.
+  /// @throws mgm::out_of_memory when no location can hold it.
+  [[nodiscard]] void* allocate(device_id reader, std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    const std::lock_guard lock{mutex_};
+    ++stats_.allocations;
+    for (const auto& c : rank_placements(links_, request(reader, bytes), options_)) {
+      void* p = try_place(c, reader, bytes);
+      if (p != nullptr) return p;
+    }
+    throw out_of_memory{"placed_allocator: no GPU or host memory could hold " + mgm::detail::describe_bytes(bytes) +
+                            " for GPU" + std::to_string(reader.value()),
+                        bytes};
+  }
+
+  void deallocate(void* p, std::size_t bytes) noexcept {
+    if (p == nullptr) return;
+    const std::lock_guard lock{mutex_};
+    const auto it = live_.find(p);
+    if (it == live_.end()) {
+      log(log_level::error, "placed_allocator: deallocate of a pointer it did not place; nothing was changed");
+      return;
+    }
+    release(it->second, p, bytes);
+    live_.erase(it);
+  }
+
+  /// @brief Where `p` lives, if this allocator placed it.
+  [[nodiscard]] std::optional<memory_location> location_of(const void* p) const {
+    const std::lock_guard lock{mutex_};
+    const auto it = live_.find(const_cast<void*>(p));
+    if (it == live_.end()) return std::nullopt;
+    return it->second.where;
+  }
+
+  /// @brief Moves spilled buffers whose reader has room again back to it; returns what moved.
+  std::vector<moved_buffer> rebalance() {
+    const std::lock_guard lock{mutex_};
+    std::vector<moved_buffer> moved;
+    std::vector<void*> candidates;
+    for (const auto& [p, e] : live_) {
+      if (e.where.is_host() || e.where.device != e.reader) candidates.push_back(p);
+    }
+    for (void* p : candidates) {
+      placed e = live_.at(p);
+      const auto h = headroom(e.reader);
+      if (!h || *h < e.bytes) continue;
+      void* fresh = nullptr;
+      try {
+        fresh = pools_.pool(e.reader).allocate(e.bytes);
+      } catch (const std::bad_alloc&) {
+        continue;
+      }
+      copy_(fresh, p, e.bytes);
+      release(e, p, e.bytes);
+      live_.erase(p);
+      live_.emplace(fresh, placed{{e.reader, links_.gpu(e.reader).numa_node}, e.reader, e.bytes});
+      moved.push_back({p, fresh, e.bytes, e.where, e.reader});
+    }
+    return moved;
+  }
+
+  [[nodiscard]] std::vector<spill_record> spills() const {
+    const std::lock_guard lock{mutex_};
+    return spills_;
+  }
+  [[nodiscard]] placement_statistics statistics() const {
+    const std::lock_guard lock{mutex_};
+    placement_statistics s = stats_;
+    s.spilled_bytes = 0;
+    for (const auto& [p, e] : live_) {
+      if (e.where.is_host() || e.where.device != e.reader) s.spilled_bytes += e.bytes;
+    }
+    return s;
+  }
+  [[nodiscard]] device_pools& pools() noexcept { return pools_; }
+  [[nodiscard]] peer_access<PeerOps>& peers() noexcept { return peers_; }
+  /// @brief Returns every idle segment of every pool (device and host) to its upstream.
+  std::size_t release_all() {
+    const std::lock_guard lock{mutex_};
+    std::size_t n = pools_.release_all();
+    for (auto& [numa, pool] : host_pools_) n += pool->release();
+    return n;
+  }
+
+ private:
+  struct placed {
+    memory_location where;
+    device_id reader;
+    std::size_t bytes;
+  };
+
+  // Free memory above the reserve, as the pool sees it: its upstream's free bytes plus what it
+  // holds cached.
+  std::optional<std::size_t> headroom(device_id d) {
+    const std::size_t reserve = reserve_.empty() ? 0 : reserve_[d.index()];
+    const std::size_t free = device_free(d);
+    if (free < reserve) return std::size_t{0};
+    return free - reserve;
+  }
+  std::size_t device_free(device_id d) {
+    auto& pool = pools_.pool(d);
+    std::size_t free = 0;
+    if constexpr (requires(const Upstream& u) { u.free_bytes(); }) free = pool.upstream().free_bytes();
+    const auto st = pool.statistics();
+    return free + static_cast<std::size_t>(st.reserved_bytes.current - st.allocated_bytes.current);
+  }
+  placement_request request(device_id reader, std::size_t bytes) {
+    placement_request r;
+    r.reader = reader;
+    r.bytes = bytes;
+    for (std::size_t d = 0; d < links_.gpu_count(); ++d) r.free_bytes.push_back(device_free(device_id{static_cast<int>(d)}));
+    r.reserve_bytes = reserve_;
+    return r;
+  }
+
+  void* try_place(const placement_candidate& c, device_id reader, std::size_t bytes) {
+    void* p = nullptr;
+    bool staged = false;
+    if (c.where.is_host()) {
+      auto& pool = host_pool_for(c.where.numa_node);
+      try {
+        p = pool.allocate(bytes);
+      } catch (const std::bad_alloc&) {
+        return nullptr;
+      }
+    } else {
+      const device_id owner = c.where.device;
+      if (owner != reader) {
+        staged = !peers_.ensure(reader, owner);
+        if (!staged) {
+          auto& pool = pools_.pool(owner);
+          pool.grant_access(reader);  // expandable granules
+          if constexpr (requires(Upstream& u) { u.grant_access(reader); }) pool.upstream().grant_access(reader);  // cudaMemPool_t
+        }
+      }
+      try {
+        p = pools_.pool(owner).allocate(bytes);
+      } catch (const std::bad_alloc&) {
+        return nullptr;
+      }
+    }
+    live_.emplace(p, placed{c.where, reader, bytes});
+    if (!c.where.is_host() && c.where.device == reader) {
+      ++stats_.local;
+    } else {
+      ++stats_.spills;
+      (c.where.is_host() ? stats_.to_host : stats_.to_peers) += 1;
+      stats_.staged += staged ? 1 : 0;
+      spills_.push_back({bytes, reader, c.where, c.path, staged});
+    }
+    return p;
+  }
+
+  void release(const placed& e, void* p, std::size_t bytes) noexcept {
+    if (e.where.is_host()) {
+      host_pool_for_existing(e.where.numa_node).deallocate(p, bytes);
+    } else {
+      pools_.deallocate(e.where.device, p, bytes, cuda_allocation_alignment, stream_ref{});
+    }
+  }
+
+  host_pool& host_pool_for(std::optional<int> numa) {
+    const int key = numa.value_or(-1);
+    auto it = host_pools_.find(key);
+    if (it == host_pools_.end()) {
+      pool_options o = pool_options_;
+      o.expandable_segments = false;
+      it = host_pools_.emplace(key, std::make_unique<host_pool>(make_host_(numa), o)).first;
+    }
+    return *it->second;
+  }
+  host_pool& host_pool_for_existing(std::optional<int> numa) noexcept { return *host_pools_.at(numa.value_or(-1)); }
+
+  const topology& links_;
+  device_pools pools_;
+  std::function<HostUpstream(std::optional<int>)> make_host_;
+  peer_access<PeerOps> peers_;
+  std::vector<std::size_t> reserve_;
+  placement_options options_;
+  pool_options pool_options_;
+  copy_function copy_;
+  mutable std::mutex mutex_;
+  std::map<int, std::unique_ptr<host_pool>> host_pools_;  // by NUMA node (-1: unknown)
+  std::unordered_map<void*, placed> live_;
+  std::vector<spill_record> spills_;
+  placement_statistics stats_;
+};
+
+/// Deduces the upstream types from the factories: `placed_allocator p{links, make_gpu, make_host, peers}`.
+template <class MakeDevice, class MakeHost, class PeerOps, class... Rest>
+placed_allocator(const topology&, MakeDevice, MakeHost, PeerOps, Rest...)
+    -> placed_allocator<std::invoke_result_t<MakeDevice, device_id>, std::invoke_result_t<MakeHost, std::optional<int>>, PeerOps>;
+
+}  // namespace mgm

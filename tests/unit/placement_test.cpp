@@ -1,0 +1,233 @@
+// Placement: the ranking over real topologies, peer access within CUDA's limit, and the placed
+// allocator on the simulated machines.
+#include <mgm/adaptors/limiting_adaptor.hpp>
+#include <mgm/placement/peer_access.hpp>
+#include <mgm/placement/placed_allocator.hpp>
+#include <mgm/placement/placement_policy.hpp>
+#include <mgm/sim/machine.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+using mgm::device_id;
+
+namespace {
+constexpr std::size_t MiB = std::size_t{1} << 20;
+constexpr std::size_t GiB = std::size_t{1} << 30;
+
+mgm::placement_request full_reader(const mgm::topology& t, device_id reader, std::size_t bytes) {
+  mgm::placement_request r;
+  r.reader = reader;
+  r.bytes = bytes;
+  r.free_bytes.assign(t.gpu_count(), 8 * GiB);
+  r.free_bytes[reader.index()] = 0;  // the reader is full
+  return r;
+}
+
+std::vector<std::string> where(const std::vector<mgm::placement_candidate>& c) {
+  std::vector<std::string> out;
+  for (const auto& x : c) out.push_back(x.where.to_string());
+  return out;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in{p};
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+TEST_CASE("placement: on the DGX-1, NV2 peers before NV1 peers, never a SYS peer", "[placement]") {
+  auto m = mgm::sim::machine::preset("dgx1-v100");  // the layout of the real DGX-1 file
+  const auto ranked = mgm::rank_placements(m.links(), full_reader(m.links(), device_id{0}, GiB));
+  REQUIRE(where(ranked) == std::vector<std::string>{"GPU3", "GPU4", "GPU1", "GPU2", "host (NUMA 0)", "host (NUMA 1)"});
+  REQUIRE(ranked[0].path == "NV2");
+  REQUIRE(ranked[2].path == "NV1");
+  REQUIRE(ranked[0].gbps == Approx(40.0));
+  // With room, the reader itself comes first.
+  auto r = full_reader(m.links(), device_id{0}, GiB);
+  r.free_bytes[0] = 2 * GiB;
+  REQUIRE(mgm::rank_placements(m.links(), r).front().where.device == device_id{0});
+  // A reserve makes a peer too full.
+  r.reserve_bytes.assign(8, 0);
+  r.reserve_bytes[3] = 7 * GiB + 512 * MiB;
+  r.free_bytes[0] = 0;
+  REQUIRE(mgm::rank_placements(m.links(), r).front().where.device == device_id{4});
+}
+
+TEST_CASE("realdata: placement on the real DGX-1, PCIe boxes and NV18 machines", "[realdata][placement]") {
+  const char* env = std::getenv("MGM_SHARED_DATA");
+  const std::filesystem::path dir = env != nullptr ? std::filesystem::path{env} / "topologies" : std::filesystem::path{};
+  if (dir.empty() || !std::filesystem::exists(dir)) {
+    WARN("MGM_SKIP: ../shared/data/topologies is absent");
+    return;
+  }
+  const auto dgx1 = mgm::parse_smi_topology(slurp(dir / "topo_dgx1_v100_8gpu_hybridcubemesh_oneflow_dlperf.txt"));
+  const auto d = mgm::rank_placements(dgx1, full_reader(dgx1, device_id{0}, GiB));
+  REQUIRE(where(d) == std::vector<std::string>{"GPU3", "GPU4", "GPU1", "GPU2", "host"});
+  // All-SYS (two sockets) and PHB workstations: host memory on the reader's NUMA node.
+  const auto della = mgm::parse_smi_topology(slurp(dir / "topo_princeton_della_2x_a100_2nic_sys.txt"));
+  REQUIRE(where(mgm::rank_placements(della, full_reader(della, device_id{1}, GiB))) ==
+          std::vector<std::string>{"host (NUMA 1)", "host (NUMA 0)"});
+  const auto puget = mgm::parse_smi_topology(slurp(dir / "topo_puget_wrx90_2x_rtx6000ada_phb_stelline.txt"));
+  REQUIRE(where(mgm::rank_placements(puget, full_reader(puget, device_id{0}, GiB))) == std::vector<std::string>{"host (NUMA 0)"});
+  const auto asus = mgm::parse_smi_topology(slurp(dir / "topo_asus_esc8000a_e12_4x_rtx6000ada_4nic_stelline.txt"));
+  REQUIRE(mgm::rank_placements(asus, full_reader(asus, device_id{2}, GiB)).front().where.to_string() == "host (NUMA 1)");
+  // NV18 all-to-all: the peer with the most headroom.
+  const auto h100 = mgm::parse_smi_topology(slurp(dir / "topo_h100_8gpu_nv18_stas00_mlengineering.txt"));
+  auto r = full_reader(h100, device_id{0}, GiB);
+  r.free_bytes[6] = 20 * GiB;
+  r.free_bytes[2] = 12 * GiB;
+  const auto h = mgm::rank_placements(h100, r);
+  REQUIRE(h[0].where.device == device_id{6});
+  REQUIRE(h[1].where.device == device_id{2});
+  REQUIRE(h[0].path == "NV18");
+}
+
+TEST_CASE("peer access: lazily, once per pair; beyond 8 peers, staged", "[placement][peers]") {
+  // Ten GPUs behind one PCIe switch (no NVSwitch): every pair could connect.
+  std::vector<mgm::sim::device_spec> specs(10, {"GPU", GiB, 80, 0, true});
+  std::vector<mgm::gpu_info> gpus(10);
+  mgm::topology links{gpus};
+  for (int a = 0; a < 10; ++a) {
+    for (int b = a + 1; b < 10; ++b) links.set_path(device_id{a}, device_id{b}, mgm::gpu_path::from_label("PIX"));
+  }
+  mgm::sim::machine m{specs, links};
+  mgm::peer_access access{m.peers(), m.links()};
+  for (int o = 1; o <= 8; ++o) REQUIRE(access.ensure(device_id{0}, device_id{o}));
+  REQUIRE(access.ensure(device_id{0}, device_id{3}));  // already enabled: success, no second enable
+  REQUIRE(access.enables() == 8);
+  REQUIRE_FALSE(access.ensure(device_id{0}, device_id{9}));  // the 9th peer is staged...
+  REQUIRE(access.is_staged(device_id{0}, device_id{9}));
+  REQUIRE_FALSE(m.peers().is_enabled(device_id{0}, device_id{9}));  // ...not enabled
+  REQUIRE(m.peers().connections(device_id{0}) == 8);
+}
+
+TEST_CASE("peer access: NVLink peers keep their connections", "[placement][peers]") {
+  // GPU0 has 7 NVLink peers and 3 PCIe peers: the PCIe ones may take only what NVLink leaves.
+  std::vector<mgm::sim::device_spec> specs(11, {"GPU", GiB, 80, 0, true});
+  std::vector<mgm::gpu_info> gpus(11);
+  mgm::topology links{gpus};
+  for (int a = 0; a < 11; ++a) {
+    for (int b = a + 1; b < 11; ++b) links.set_path(device_id{a}, device_id{b}, mgm::gpu_path::from_label(b <= 7 ? "NV4" : "PIX"));
+  }
+  mgm::sim::machine m{specs, links};
+  mgm::peer_access access{m.peers(), m.links()};
+  REQUIRE(access.ensure(device_id{0}, device_id{8}));        // 1 PCIe + 7 NVLink waiting = 8
+  REQUIRE_FALSE(access.ensure(device_id{0}, device_id{9}));  // a second would starve an NVLink peer
+  for (int o = 1; o <= 7; ++o) REQUIRE(access.ensure(device_id{0}, device_id{o}));
+  REQUIRE(m.peers().connections(device_id{0}) == 8);
+}
+
+TEST_CASE("placed_allocator on the simulated DGX-1: fill GPU0, the next block lands on an NV2 peer", "[placement]") {
+  auto m = mgm::sim::machine::preset("dgx1-v100");
+  mgm::pool_options plain;
+  plain.expandable_segments = false;
+  mgm::placed_allocator placed{m.links(), [&](device_id d) { return m.allocator(d); },
+                               [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers(),
+                               std::vector<std::size_t>(8, 256 * MiB), mgm::placement_options{}, plain};
+  std::vector<void*> local;
+  while (true) {  // 1 GiB blocks until GPU0 (15.78 GiB, 256 MiB reserved) is full
+    void* p = placed.allocate(device_id{0}, GiB);
+    if (placed.location_of(p)->device != device_id{0}) {
+      placed.deallocate(p, GiB);
+      break;
+    }
+    local.push_back(p);
+  }
+  REQUIRE(local.size() == 15);
+  void* spilled = placed.allocate(device_id{0}, GiB);
+  REQUIRE(placed.location_of(spilled)->device == device_id{3});  // NV2, the faster kind
+  REQUIRE(m.owner_of(spilled) == device_id{3});
+  REQUIRE(m.peers().is_enabled(device_id{0}, device_id{3}));
+  REQUIRE(placed.peers().enables() == 1);
+  const auto spills = placed.spills();
+  REQUIRE(spills.size() == 2);  // the probe above, and this one
+  REQUIRE(spills.back().path == "NV2");
+  REQUIRE_FALSE(spills.back().staged);
+  // The other NV2 peer now has more headroom: the next block goes there, the one after back to
+  // GPU3, whose access is already enabled.
+  void* again = placed.allocate(device_id{0}, GiB);
+  REQUIRE(placed.location_of(again)->device == device_id{4});
+  void* third = placed.allocate(device_id{0}, GiB);
+  REQUIRE(placed.location_of(third)->device == device_id{3});
+  REQUIRE(placed.peers().enables() == 2);  // each pair enabled once
+  placed.deallocate(third, GiB);
+  // Freed, it returns to GPU3's pool.
+  const auto before = placed.pools().statistics(device_id{3}).allocated_bytes.current;
+  placed.deallocate(spilled, GiB);
+  REQUIRE(placed.pools().statistics(device_id{3}).allocated_bytes.current == before - static_cast<std::int64_t>(GiB));
+  // GPU0 frees room: rebalance pulls the other spilled block home.
+  placed.deallocate(local.back(), GiB);
+  local.pop_back();
+  std::memset(again, 0x7E, 4096);
+  const auto moved = placed.rebalance();
+  REQUIRE(moved.size() == 1);
+  REQUIRE(moved[0].from_ptr == again);
+  REQUIRE(placed.location_of(moved[0].to_ptr)->device == device_id{0});
+  REQUIRE(static_cast<unsigned char*>(moved[0].to_ptr)[4095] == 0x7E);  // the contents came along
+  placed.deallocate(moved[0].to_ptr, GiB);
+  for (void* p : local) placed.deallocate(p, GiB);
+  placed.release_all();
+  for (int d = 0; d < 8; ++d) REQUIRE(m.memory(device_id{d}).used_bytes == 0);
+}
+
+TEST_CASE("placed_allocator on a PCIe box spills to host memory near the reader", "[placement]") {
+  auto m = mgm::sim::machine::preset("pcie-4gpu-mixed");
+  mgm::placed_allocator placed{m.links(), [&](device_id d) { return m.allocator(d); },
+                               [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers()};
+  void* big = placed.allocate(device_id{1}, 20 * GiB);
+  REQUIRE(placed.location_of(big)->device == device_id{1});
+  void* more = placed.allocate(device_id{1}, 8 * GiB);
+  const auto at = placed.location_of(more);
+  REQUIRE(at->is_host());
+  REQUIRE(at->numa_node == 1);  // GPU1's socket
+  REQUIRE(placed.statistics().to_host == 1);
+  REQUIRE(placed.statistics().spilled_bytes == 8 * GiB);
+  placed.deallocate(more, 8 * GiB);
+  placed.deallocate(big, 20 * GiB);
+}
+
+TEST_CASE("placed_allocator property: random traffic on every preset stays within capacity minus reserve",
+          "[placement][property]") {
+  for (const auto name : mgm::sim::machine::preset_names()) {
+    INFO(name);
+    auto m = mgm::sim::machine::preset(name);
+    const int n = m.device_count();
+    std::vector<std::size_t> reserve(static_cast<std::size_t>(n), 512 * MiB);
+    using limited = mgm::limiting_adaptor<mgm::sim::device_allocator>;
+    mgm::placed_allocator placed{m.links(),
+                                 [&](device_id d) {
+                                   return limited{m.allocator(d), m.memory(d).total_bytes - reserve[d.index()]};
+                                 },
+                                 [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers(), reserve};
+    std::mt19937_64 rng{std::hash<std::string_view>{}(name)};
+    std::vector<std::pair<void*, std::size_t>> live;
+    for (int step = 0; step < 3000; ++step) {
+      if (live.empty() || rng() % 3 != 0) {
+        const device_id reader{static_cast<int>(rng() % static_cast<std::uint64_t>(n))};
+        const std::size_t bytes = (1 + rng() % 64) * 64 * MiB;
+        live.emplace_back(placed.allocate(reader, bytes), bytes);
+      } else {
+        const std::size_t k = rng() % live.size();
+        placed.deallocate(live[k].first, live[k].second);
+        live[k] = live.back();
+        live.pop_back();
+      }
+      for (int d = 0; d < n; ++d) {
+        const auto mem = m.memory(device_id{d});
+        REQUIRE(mem.used_bytes <= mem.total_bytes - reserve[static_cast<std::size_t>(d)]);
+      }
+    }
+    for (const auto& [p, bytes] : live) placed.deallocate(p, bytes);
+    REQUIRE(placed.statistics().spilled_bytes == 0);
+    placed.release_all();
+    for (int d = 0; d < n; ++d) REQUIRE(m.memory(device_id{d}).used_bytes == 0);  // every byte went home
+  }
+}
