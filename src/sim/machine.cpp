@@ -496,6 +496,22 @@ std::size_t device_allocator::free_bytes() const {
 
 std::size_t device_allocator::total_bytes() const { return machine_->device(device_).capacity; }
 
+void* pinned_host_allocator::allocate(std::size_t bytes, std::size_t alignment) {
+  mgm::detail::check_alignment(alignment, 4096, "sim::pinned_host_allocator");
+  if (bytes == 0) return nullptr;
+  void* p = bytes > (std::size_t{1} << 48) ? MAP_FAILED
+                                           : ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    throw out_of_memory{"sim pinned host memory: out of memory allocating " + mgm::detail::describe_bytes(bytes), bytes};
+  }
+  return p;
+}
+
+void pinned_host_allocator::deallocate(void* p, std::size_t bytes, std::size_t /*alignment*/) noexcept {
+  if (p != nullptr && bytes != 0) ::munmap(p, bytes);
+}
+
 // ---- fault_plan ----------------------------------------------------------------------------
 
 void fault_plan::fail_nth(std::uint64_t n) {

@@ -209,7 +209,7 @@ TEST_CASE("placed_allocator property: random traffic on every preset stays withi
                                  [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers(), reserve};
     std::mt19937_64 rng{std::hash<std::string_view>{}(name)};
     std::vector<std::pair<void*, std::size_t>> live;
-    for (int step = 0; step < 3000; ++step) {
+    for (int step = 0; step < 1500; ++step) {
       if (live.empty() || rng() % 3 != 0) {
         const device_id reader{static_cast<int>(rng() % static_cast<std::uint64_t>(n))};
         const std::size_t bytes = (1 + rng() % 64) * 64 * MiB;

@@ -11,7 +11,6 @@
 #include <mgm/stream.hpp>
 
 #include <cstddef>
-#include <new>
 #include <optional>
 
 namespace mgm::sim {
@@ -31,17 +30,10 @@ class pinned_host_allocator {
   pinned_host_allocator(detail::machine_state* machine, std::optional<int> numa_node) noexcept
       : machine_{machine}, numa_{numa_node} {}
 
-  [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = cuda_allocation_alignment) {
-    mgm::detail::check_alignment(alignment, std::size_t{1} << 21, "sim::pinned_host_allocator");
-    if (bytes == 0) return nullptr;
-    void* p = bytes <= static_cast<std::size_t>(-1) - alignment ? ::operator new(bytes, std::align_val_t{alignment}, std::nothrow)
-                                                                 : nullptr;
-    if (p == nullptr) throw out_of_memory{"sim pinned host memory: out of memory allocating " + mgm::detail::describe_bytes(bytes), bytes};
-    return p;
-  }
-  void deallocate(void* p, std::size_t /*bytes*/, std::size_t alignment = cuda_allocation_alignment) noexcept {
-    if (p != nullptr) ::operator delete(p, std::align_val_t{alignment});
-  }
+  /// Pages mapped with `MAP_NORESERVE` (host memory costs only where touched, as device memory
+  /// does); alignments up to a page.
+  [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = cuda_allocation_alignment);
+  void deallocate(void* p, std::size_t bytes, std::size_t alignment = cuda_allocation_alignment) noexcept;
   [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref) { return allocate(bytes, alignment); }
   void deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref) noexcept { deallocate(p, bytes, alignment); }
 
