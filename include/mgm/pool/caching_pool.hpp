@@ -514,14 +514,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       if (b == nullptr || !acceptable(b, size)) b = index.scan(size);
       if (b == nullptr || !acceptable(b, size)) continue;
       if (ops_.is_capturing(stream_ref{other->stream})) continue;
-      if (other->event < 0) other->event = acquire_event();
-      event_type& e = events_[static_cast<std::size_t>(other->event)];
-      if (!other->event_recorded || !detail::epoch_covers(other->event_epoch, b->aux)) {
-        ops_.record(e, stream_ref{other->stream});
-        other->event_epoch = other->free_epoch;
-        other->event_recorded = true;
-        other->event_complete = false;
-      }
+      event_type& e = covering_event(b);
       if (!other->event_complete) other->event_complete = ops_.query(e);
       if (!other->event_complete) ops_.wait(stream, e);  // on the device: the host does not block
       index.remove(b);
@@ -982,18 +975,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
                                                   (((reserved_ - keep) % granule_) != 0 ? granule_ : 0));
             detail::stream_slot* owner = b->owner;
             if (ops_.is_capturing(stream_ref{owner->stream})) continue;
-            if (owner->event < 0) owner->event = acquire_event();
-            event_type& e = events_[static_cast<std::size_t>(owner->event)];
-            if (!owner->event_recorded || !detail::epoch_covers(owner->event_epoch, b->aux)) {
-              ops_.record(e, stream_ref{owner->stream});
-              owner->event_epoch = owner->free_epoch;
-              owner->event_recorded = true;
-              owner->event_complete = false;
-            }
-            if (!owner->event_complete) {
-              ops_.synchronize(e);  // the stream may still read this memory
-              owner->event_complete = true;
-            }
+            wait_idle(b);  // the stream may still read this memory
             // Split b into [addr, ga) [ga, gb) [gb, end); the middle goes.
             owner->index(b->small != 0).remove(b);
             if (b->whole_segment()) idle_bytes_ -= b->size;
@@ -1046,8 +1028,9 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     }
   }
 
-  /// The host waits until `b`'s stream has finished with it (release paths only).
-  void wait_idle(const detail::block* b) {
+  /// The owner's event, recorded anew unless it already covers `b`'s free (one event per batch
+  /// of frees: every free before the recording is covered).
+  event_type& covering_event(const detail::block* b) {
     detail::stream_slot* owner = b->owner;
     if (owner->event < 0) owner->event = acquire_event();
     event_type& e = events_[static_cast<std::size_t>(owner->event)];
@@ -1057,6 +1040,13 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       owner->event_recorded = true;
       owner->event_complete = false;
     }
+    return e;
+  }
+
+  /// The host waits until `b`'s stream has finished with it (release paths only).
+  void wait_idle(const detail::block* b) {
+    detail::stream_slot* owner = b->owner;
+    event_type& e = covering_event(b);
     if (!owner->event_complete) {
       ops_.synchronize(e);
       owner->event_complete = true;
