@@ -428,10 +428,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
 
   /// Puts a free block into its owner's index, merged with free neighbours of the same owner.
   /// Inlined: it is half of every free and of every split on the hit path.
-#if defined(__GNUC__)
-  [[gnu::always_inline]]
-#endif
-  detail::block* insert_free(detail::block* b) noexcept {
+  MGM_HOT_INLINE detail::block* insert_free(detail::block* b) noexcept {
     b->state = detail::block_state::free;
     detail::tlsf_index& index = b->owner->index(b->small != 0);
     if (detail::block* p = b->prev;
