@@ -565,3 +565,16 @@ TEST_CASE("expandable: peers get access to every granule, now and later", "[pool
   pool.deallocate(before, 12 * MiB);
   pool.deallocate(after, 30 * MiB);
 }
+
+TEST_CASE("expandable: growth maps only what the request needs (max_split keeps a big block aside)", "[pool][expandable]") {
+  mgm::sim::machine m{mgm::sim::parse_device_list("2x256MiB")};
+  mgm::pool_options o;
+  o.max_split_bytes = 32 * MiB;
+  sim_pool pool{m.allocator(device_id{0}), o};
+  void* big = pool.allocate(100 * MiB);
+  pool.deallocate(big, 100 * MiB);
+  void* p = pool.allocate(20 * MiB);  // may not split the cached 100 MiB block: 20 MiB of new granules
+  REQUIRE(pool.statistics().oom_retries == 0);  // no oversized map, so no out-of-memory retry
+  REQUIRE(pool.reserved_bytes() == 120 * MiB);  // the 100 MiB stay cached, 20 MiB more are mapped
+  pool.deallocate(p, 20 * MiB);
+}

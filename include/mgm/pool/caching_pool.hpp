@@ -786,22 +786,23 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
         // Start from a free mapped neighbour below, so that growth extends it.
         detail::block* below = u->prev;
         if (below != nullptr && !(below->state == detail::block_state::free && !below->unmapped() &&
-                                  below->owner == &slot)) {
-          below = nullptr;
+                                  below->owner == &slot && below->size < size)) {
+          below = nullptr;  // (a free block below as large as the request was passed over on purpose)
         }
         const std::uintptr_t start = below != nullptr ? below->addr : u->addr;
         std::size_t map_bytes = start + size - u->addr;
         (void)mgm::detail::round_up(map_bytes, granule_, map_bytes);
         map_bytes = std::min(map_bytes, u->size);
         free_ranges.remove(u);
-        u->state = detail::block_state::pending;  // busy: no one else touches it while unlocked
+        mark_busy(u);  // no one else touches it while unlocked
         if (below != nullptr) {
           slot.index(small).remove(below);
           if (below->whole_segment()) idle_bytes_ -= below->size;
-          below->state = detail::block_state::pending;
+          mark_busy(below);
         }
         expandable_segment& seg = segment_of(u);
         const std::uintptr_t va = u->addr;
+        const std::vector<device_id> readers = peers_;  // read under the lock
         lock.unlock();
         std::vector<typename Upstream::vmm_ops_type::physical_handle> made;
         bool ok = true;
@@ -811,7 +812,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
             made.push_back(h);
             vmm_.map(reinterpret_cast<void*>(va + off), granule_, h);
           }
-          vmm_.set_access(reinterpret_cast<void*>(va), map_bytes, peers_);
+          vmm_.set_access(reinterpret_cast<void*>(va), map_bytes, readers);
         } catch (const out_of_memory&) {
           ok = false;
         } catch (...) {
@@ -853,6 +854,8 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
           lock.lock();
           throw out_of_memory{detail::describe_pool_oom(info), size};
         }
+        // A peer granted access while the lock was released: give it these granules too.
+        if (peers_ != readers) vmm_.set_access(reinterpret_cast<void*>(va), map_bytes, peers_);
         // Record the new granules, split the range, and merge the mapped part with `below`.
         const std::size_t first = (va - seg.base) / granule_;
         for (std::size_t i = 0; i < made.size(); ++i) seg.handles[first + i] = made[i];
@@ -885,8 +888,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
           slot.index(small).insert(below);
         }
         detail::block* b = insert_free(u);
-        slot.index(small).remove(b);
-        if (b->whole_segment()) idle_bytes_ -= b->size;
+        slot.index(small).remove(b);  // hand_out takes it off idle_bytes_ if it is a whole segment
         return b;
       }
     }
@@ -973,7 +975,10 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
             detail::stream_slot* owner = b->owner;
             if (ops_.is_capturing(stream_ref{owner->stream})) continue;
             wait_idle(b);  // the stream may still read this memory
-            // Split b into [addr, ga) [ga, gb) [gb, end); the middle goes.
+            // Split b into [addr, ga) [ga, gb) [gb, end); the middle goes. The records are made
+            // first: nothing may fail once b has left its index.
+            detail::block* spare_low = arena_.make();
+            detail::block* spare_tail = arena_.make();
             owner->index(b->small != 0).remove(b);
             if (b->whole_segment()) idle_bytes_ -= b->size;
             const std::uintptr_t end = b->addr + b->size;
@@ -982,11 +987,13 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
             detail::block* tail = nullptr;
             if (ga > b->addr) {
               low = b;
-              mid = split_off(b, ga - b->addr);  // b keeps [addr, ga)
+              mid = split_off(b, ga - b->addr, std::exchange(spare_low, nullptr));  // b keeps [addr, ga)
             }
-            if (gb < end) tail = split_off(mid, gb - mid->addr);  // mid keeps [ga, gb)
+            if (gb < end) tail = split_off(mid, gb - mid->addr, std::exchange(spare_tail, nullptr));  // mid keeps [ga, gb)
+            if (spare_low != nullptr) arena_.recycle(spare_low);
+            if (spare_tail != nullptr) arena_.recycle(spare_tail);
             // Busy before the neighbours go back: they must not merge with it.
-            mid->state = detail::block_state::pending;
+            mark_busy(mid);
             mid->set_unmapped(true);
             if (low != nullptr) insert_free(low);
             if (tail != nullptr) insert_free(tail);
@@ -1055,12 +1062,18 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   void merge_idle_runs(expandable_segment& seg) {
     for (detail::block* b = seg.head; b != nullptr; b = b->next) {
       if (b->state != detail::block_state::free || b->unmapped()) continue;
-      bool taken = false;
-      while (detail::block* n = b->next) {
+      // Wait for every stream of the run first: nothing leaves its index before all waits succeed.
+      detail::block* end = b;
+      while (detail::block* n = end->next) {
         if (n->state != detail::block_state::free || n->unmapped()) break;
-        if (ops_.is_capturing(stream_ref{b->owner->stream}) || ops_.is_capturing(stream_ref{n->owner->stream})) break;
-        wait_idle(b);
+        if (ops_.is_capturing(stream_ref{end->owner->stream}) || ops_.is_capturing(stream_ref{n->owner->stream})) break;
+        wait_idle(end);
         wait_idle(n);
+        end = n;
+      }
+      bool taken = false;
+      while (b != end) {
+        detail::block* n = b->next;
         if (!taken) {
           b->owner->index(b->small != 0).remove(b);
           if (b->whole_segment()) idle_bytes_ -= b->size;
@@ -1071,6 +1084,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
         b->size += n->size;
         b->next = n->next;
         if (n->next != nullptr) n->next->prev = b;
+        if (n == end) end = b;
         arena_.recycle(n);
       }
       if (taken) {
@@ -1080,9 +1094,16 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     }
   }
 
+  /// Out of every index while the lock is released (growing, unmapping): no free-list links, no tag.
+  static void mark_busy(detail::block* b) noexcept {
+    b->state = detail::block_state::pending;
+    b->u.used.hash_next = nullptr;
+    b->u.used.tag = nullptr;
+  }
+
   /// Splits `b` at `offset`; returns the upper part (same state and flags, not in any index).
-  detail::block* split_off(detail::block* b, std::size_t offset) {
-    detail::block* r = arena_.make();
+  detail::block* split_off(detail::block* b, std::size_t offset, detail::block* r) noexcept {
+    *r = detail::block{};
     r->addr = b->addr + offset;
     r->size = b->size - offset;
     r->prev = b;
