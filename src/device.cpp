@@ -20,6 +20,13 @@ device_id current_device() {
   return device_id{d};
 }
 
+device_memory memory_info(device_id device) {
+  const scoped_device on{device};
+  device_memory m;
+  MGM_CUDA_TRY(cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
+  return m;
+}
+
 scoped_device::scoped_device(device_id device) {
   MGM_EXPECTS(!device.is_host(), "scoped_device: the host is not a CUDA device");
   MGM_CUDA_TRY(cudaGetDevice(&previous_));

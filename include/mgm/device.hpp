@@ -50,6 +50,15 @@ class device_id {
 /// @brief The calling thread's current device. @throws mgm::cuda_error
 [[nodiscard]] device_id current_device();
 
+/// @brief A device's memory as `cudaMemGetInfo` reports it.
+struct device_memory {
+  std::size_t free_bytes{0};
+  std::size_t total_bytes{0};
+};
+
+/// @brief `cudaMemGetInfo` on `device` (made current for the call). @throws mgm::cuda_error
+[[nodiscard]] device_memory memory_info(device_id device);
+
 /// @brief Makes `device` current for the lifetime of this object and restores the previous
 /// device on destruction. Switches only when the device differs, so nesting costs one query.
 ///

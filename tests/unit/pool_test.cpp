@@ -3,6 +3,8 @@
 
 #include <mgm/bytes.hpp>
 #include <mgm/log.hpp>
+
+#include "log_capture.hpp"
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/pool/multi_device_pool.hpp>
 #include <mgm/sim/machine.hpp>
@@ -61,18 +63,7 @@ struct pool_fixture {
 using pool_fixtures = std::tuple<pool_fixture<sim_pool, plain_options>, pool_fixture<sim_pool_nostats, plain_options>,
                                  pool_fixture<sim_pool, expandable_options>>;
 
-struct log_capture {
-  std::mutex mutex;
-  std::vector<std::string> messages;
-  mgm::log_callback previous;
-  log_capture() {
-    previous = mgm::set_log_callback([this](mgm::log_level, std::string_view m) {
-      const std::lock_guard lock{mutex};
-      messages.emplace_back(m);
-    });
-  }
-  ~log_capture() { mgm::set_log_callback(previous); }
-};
+using mgm::test::log_capture;
 
 // Plain segments (the size policy these tests check); expandable segments have tests of their own.
 mgm::pool_options plain() {

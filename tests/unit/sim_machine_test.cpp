@@ -1,6 +1,8 @@
 #include <mgm/bytes.hpp>
 #include <mgm/error.hpp>
 #include <mgm/log.hpp>
+
+#include "log_capture.hpp"
 #include <mgm/sim/machine.hpp>
 
 #include <catch2/catch.hpp>
@@ -20,18 +22,7 @@ constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr std::size_t GiB = std::size_t{1} << 30;
 
 // Captures what the library reports through its log callback during one test.
-struct log_capture {
-  std::mutex mutex;
-  std::vector<std::string> messages;
-  mgm::log_callback previous;
-  log_capture() {
-    previous = mgm::set_log_callback([this](mgm::log_level, std::string_view m) {
-      const std::lock_guard lock{mutex};
-      messages.emplace_back(m);
-    });
-  }
-  ~log_capture() { mgm::set_log_callback(previous); }
-};
+using mgm::test::log_capture;
 }  // namespace
 
 TEST_CASE("presets have the devices, memory and links of the real machines", "[sim]") {

@@ -64,24 +64,12 @@ class cuda_allocator {
 
   [[nodiscard]] device_id device() const noexcept { return device_; }
   /// @brief The device's free memory (`cudaMemGetInfo`).
-  [[nodiscard]] std::size_t free_bytes() const {
-    const scoped_device on{device_};
-    std::size_t free_bytes = 0;
-    std::size_t total_bytes = 0;
-    MGM_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
-    return free_bytes;
-  }
+  [[nodiscard]] std::size_t free_bytes() const { return memory_info(device_).free_bytes; }
   [[nodiscard]] stream_ops_type stream_ops() const noexcept { return {}; }
   /// @brief The virtual-memory seam on this device (for a pool's expandable segments).
   [[nodiscard]] vmm_ops_type vmm_ops() const noexcept { return {}; }
   /// @brief The device's memory (`cudaMemGetInfo`).
-  [[nodiscard]] std::size_t total_bytes() const {
-    const scoped_device on{device_};
-    std::size_t free_bytes = 0;
-    std::size_t total = 0;
-    MGM_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
-    return total;
-  }
+  [[nodiscard]] std::size_t total_bytes() const { return memory_info(device_).total_bytes; }
 
   friend bool operator==(const cuda_allocator& a, const cuda_allocator& b) noexcept { return a.device_ == b.device_; }
   friend void get_property(const cuda_allocator&, device_accessible) noexcept {}

@@ -108,22 +108,10 @@ class cuda_async_allocator {
   [[nodiscard]] cudaMemPool_t pool() const noexcept { return pool_.get(); }
   [[nodiscard]] device_id device() const noexcept { return device_; }
   /// @brief The device's free memory (`cudaMemGetInfo`).
-  [[nodiscard]] std::size_t free_bytes() const {
-    const scoped_device on{device_};
-    std::size_t free_bytes = 0;
-    std::size_t total_bytes = 0;
-    MGM_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
-    return free_bytes;
-  }
+  [[nodiscard]] std::size_t free_bytes() const { return memory_info(device_).free_bytes; }
   [[nodiscard]] stream_ops_type stream_ops() const noexcept { return {}; }
   /// @brief The device's memory (`cudaMemGetInfo`).
-  [[nodiscard]] std::size_t total_bytes() const {
-    const scoped_device on{device_};
-    std::size_t free_bytes = 0;
-    std::size_t total = 0;
-    MGM_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total));
-    return total;
-  }
+  [[nodiscard]] std::size_t total_bytes() const { return memory_info(device_).total_bytes; }
 
   friend bool operator==(const cuda_async_allocator& a, const cuda_async_allocator& b) noexcept {
     return a.pool_ == b.pool_;

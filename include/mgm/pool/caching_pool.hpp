@@ -394,18 +394,9 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
                        (b->small != 0 || b->expandable() ? rest >= options_.round_bytes
                                                           : rest > options_.small_request_bytes);
     if (split) {
-      detail::block* r = arena_.make();
-      r->addr = b->addr + size;
-      r->size = rest;
-      r->prev = b;
-      r->next = b->next;
-      if (b->next != nullptr) b->next->prev = r;
-      b->next = r;
-      r->small = b->small;
-      r->vm = b->vm;
+      detail::block* r = split_off(b, size, arena_.make());
       r->owner = &slot;
       r->aux = b->owner == &slot ? b->aux : slot.free_epoch;
-      b->size = size;
       insert_free(r);
     }
     b->owner = &slot;
@@ -865,20 +856,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
           stats_.upstream_allocations += made.size();
           ++stats_.cache_misses;
         }
-        if (map_bytes < u->size) {
-          detail::block* rest = arena_.make();
-          rest->addr = u->addr + map_bytes;
-          rest->size = u->size - map_bytes;
-          rest->prev = u;
-          rest->next = u->next;
-          if (u->next != nullptr) u->next->prev = rest;
-          u->next = rest;
-          rest->small = u->small;
-          rest->vm = u->vm;
-          rest->owner = u->owner;
-          insert_unmapped(rest);
-          u->size = map_bytes;
-        }
+        if (map_bytes < u->size) insert_unmapped(split_off(u, map_bytes, arena_.make()));
         u->set_unmapped(false);
         u->owner = &slot;
         u->aux = ++slot.free_epoch;  // new memory: no earlier event covers it
@@ -1102,8 +1080,8 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   }
 
   /// Splits `b` at `offset`; returns the upper part (same state and flags, not in any index).
+  /// `r` is a fresh record from the arena.
   detail::block* split_off(detail::block* b, std::size_t offset, detail::block* r) noexcept {
-    *r = detail::block{};
     r->addr = b->addr + offset;
     r->size = b->size - offset;
     r->prev = b;
