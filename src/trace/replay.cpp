@@ -26,28 +26,16 @@ struct run_counts {
 // Replays `iterations` times; the upstream calls of the first iteration are set apart.
 run_counts run(const compiled_trace& t, detail::replay_target& target, const std::vector<stream_ref>& streams,
                int iterations, sim::machine* m, device_id d) {
-  std::vector<void*> ptrs(t.slots);
-  run_counts r;
-  std::uint64_t after_first = 0;
-  const auto start = std::chrono::steady_clock::now();
-  for (int it = 0; it < iterations; ++it) {
-    for (const replay_op& op : t.ops) {
-      if (op.is_free) {
-        target.deallocate(ptrs[op.slot], op.bytes, streams[op.stream]);
-      } else {
-        ptrs[op.slot] = target.allocate(op.bytes, streams[op.stream]);
-      }
-    }
-    if (it == 0 && m != nullptr) {
-      const auto c = m->modelled(d);
-      after_first = c.mallocs + c.frees + c.vmm_creates;
-    }
-  }
-  r.elapsed = std::chrono::steady_clock::now() - start;
-  if (m != nullptr) {
+  const auto calls = [&] {
     const auto c = m->modelled(d);
-    r.calls_after_first = c.mallocs + c.frees + c.vmm_creates - after_first;
-  }
+    return c.mallocs + c.frees + c.vmm_creates;
+  };
+  std::uint64_t after_first = 0;
+  run_counts r;
+  r.elapsed = detail::replay_ops(t, target, streams, iterations, [&] {
+    if (m != nullptr) after_first = calls();
+  });
+  if (m != nullptr) r.calls_after_first = calls() - after_first;
   return r;
 }
 

@@ -7,9 +7,12 @@
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/trace/replay.hpp>
 
+#include "replay_target.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,12 +22,12 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-class device_target {
+using detail::replay_target;
+
+// The leaves time their own calls: all of it is the driver's (cudaMalloc / cudaMallocAsync).
+class device_target : public replay_target {
  public:
-  virtual ~device_target() = default;
-  virtual void* allocate(std::size_t bytes, stream_ref s) = 0;
-  virtual void deallocate(void* p, std::size_t bytes, stream_ref s) noexcept = 0;
-  std::chrono::nanoseconds upstream_time{0};  // time inside cudaMalloc/cudaFree (direct and async only)
+  std::chrono::nanoseconds upstream_time{0};
 };
 
 template <class A>
@@ -58,39 +61,12 @@ class pool_target final : public device_target {
   caching_pool<cuda_allocator> pool_;
 };
 
-class null_target final : public device_target {
- public:
-  void* allocate(std::size_t bytes, stream_ref) override {
-    next_ += bytes + 256;
-    return reinterpret_cast<void*>(next_);
-  }
-  void deallocate(void*, std::size_t, stream_ref) noexcept override {}
-
- private:
-  std::uintptr_t next_{0x1000};
-};
-
-struct timed {
-  std::chrono::nanoseconds elapsed{0};
-};
-
-template <class AfterFirst>
-timed run(const compiled_trace& t, device_target& target, const std::vector<stream_ref>& streams, int iterations,
-          AfterFirst&& after_first) {
-  std::vector<void*> ptrs(t.slots);
-  const auto start = clock_type::now();
-  for (int it = 0; it < iterations; ++it) {
-    for (const replay_op& op : t.ops) {
-      if (op.is_free) {
-        target.deallocate(ptrs[op.slot], op.bytes, streams[op.stream]);
-      } else {
-        ptrs[op.slot] = target.allocate(op.bytes, streams[op.stream]);
-      }
-    }
-    if (it == 0) after_first();
-  }
-  MGM_CUDA_TRY(cudaDeviceSynchronize());
-  return {clock_type::now() - start};
+std::chrono::nanoseconds run(const compiled_trace& t, replay_target& target, const std::vector<stream_ref>& streams,
+                             int iterations, const std::function<void()>& after_first) {
+  const auto elapsed = detail::replay_ops(t, target, streams, iterations, after_first);
+  const auto t0 = clock_type::now();
+  MGM_CUDA_TRY(cudaDeviceSynchronize());  // the work the replay enqueued belongs to it
+  return elapsed + (clock_type::now() - t0);
 }
 
 }  // namespace
@@ -123,20 +99,20 @@ replay_result replay_on_device(const compiled_trace& t, std::string_view allocat
   r.events = t.ops.size();
   r.peak_live_bytes = t.peak_live_bytes;
   try {
-    null_target null;
-    const auto baseline = run(t, null, streams, o.iterations, [] {}).elapsed;
-    std::unique_ptr<device_target> target;
+    const auto null = detail::make_null_target();
+    const auto baseline = run(t, *null, streams, o.iterations, [] {});
+    std::unique_ptr<replay_target> target;
     if (allocator == "pool") target = std::make_unique<pool_target>(device, o.pool);
     if (allocator == "direct") target = std::make_unique<leaf_target<cuda_allocator>>(cuda_allocator{device});
     if (allocator == "async") target = std::make_unique<leaf_target<cuda_async_allocator>>(cuda_async_allocator{device});
     auto* pool = dynamic_cast<pool_target*>(target.get());
     std::uint64_t first_calls = 0;
     const auto elapsed = run(t, *target, streams, o.iterations, [&] {
-                           if (pool != nullptr) {
-                             const auto st = pool->statistics();
-                             first_calls = st.upstream_allocations + st.upstream_frees;
-                           }
-                         }).elapsed;
+      if (pool != nullptr) {
+        const auto st = pool->statistics();
+        first_calls = st.upstream_allocations + st.upstream_frees;
+      }
+    });
     const double events = static_cast<double>(r.events) * o.iterations;
     const auto net = std::max<std::int64_t>(0, (elapsed - baseline).count());
     r.host_ns_per_event = static_cast<double>(net) / events;
@@ -151,7 +127,8 @@ replay_result replay_on_device(const compiled_trace& t, std::string_view allocat
       r.upstream_allocations = t.allocations * static_cast<std::size_t>(o.iterations);
       r.upstream_frees = r.upstream_allocations;
       r.upstream_calls_after_first_iteration = 2 * t.allocations * static_cast<std::size_t>(o.iterations - 1);
-      r.measured_upstream_seconds = std::chrono::duration<double>(target->upstream_time).count();
+      r.measured_upstream_seconds =
+          std::chrono::duration<double>(static_cast<device_target&>(*target).upstream_time).count();
       r.peak_reserved_bytes = t.peak_live_bytes;  // what the driver was asked for at the peak
     }
     r.reserved_over_live =

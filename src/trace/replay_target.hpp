@@ -7,9 +7,13 @@
 #include <mgm/sim/machine.hpp>
 #include <mgm/stream.hpp>
 
+#include <mgm/trace/trace.hpp>
+
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 namespace mgm::detail {
 
@@ -23,6 +27,29 @@ class replay_target {
 /// `pool`, `direct`, `cub`, `pmr` or `null` (fake pointers, no work) on device `d` of `m`.
 std::unique_ptr<replay_target> make_replay_target(std::string_view name, sim::machine& m, device_id d,
                                                   const pool_options& options);
+/// Fake pointers, no work: the loop's own cost, subtracted from every replay's host time.
+std::unique_ptr<replay_target> make_null_target();
+
+/// Replays `t` `iterations` times through `target` (one clock read per batch: a clock read costs
+/// more than an event's budget); `after_first()` runs after the first iteration.
+template <class AfterFirst>
+std::chrono::nanoseconds replay_ops(const compiled_trace& t, replay_target& target, const std::vector<stream_ref>& streams,
+                                    int iterations, AfterFirst&& after_first) {
+  std::vector<void*> ptrs(t.slots);
+  const auto start = std::chrono::steady_clock::now();
+  for (int it = 0; it < iterations; ++it) {
+    for (const replay_op& op : t.ops) {
+      if (op.is_free) {
+        target.deallocate(ptrs[op.slot], op.bytes, streams[op.stream]);
+      } else {
+        ptrs[op.slot] = target.allocate(op.bytes, streams[op.stream]);
+      }
+    }
+    if (it == 0) after_first();
+  }
+  return std::chrono::steady_clock::now() - start;
+}
+
 /// CUB's CachingDeviceAllocator with its CUDA calls redirected to the simulator (cub_target.cpp).
 std::unique_ptr<replay_target> make_cub_target(sim::machine& m, device_id d);
 

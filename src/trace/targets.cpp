@@ -71,13 +71,15 @@ class null_target final : public replay_target {
 
 }  // namespace
 
+std::unique_ptr<replay_target> make_null_target() { return std::make_unique<null_target>(); }
+
 std::unique_ptr<replay_target> make_replay_target(std::string_view name, sim::machine& m, device_id d,
                                                   const pool_options& options) {
   if (name == "pool") return std::make_unique<pool_target>(m, d, options);
   if (name == "direct") return std::make_unique<direct_target>(m, d);
   if (name == "cub") return make_cub_target(m, d);
   if (name == "pmr") return std::make_unique<pmr_target>(m, d);
-  if (name == "null") return std::make_unique<null_target>();
+  if (name == "null") return make_null_target();
   MGM_FAIL("unknown allocator '" + std::string{name} + "' for a replay; the allocators are pool, direct, cub, pmr");
 }
 
