@@ -61,6 +61,7 @@
 #include <mgm/properties.hpp>
 #include <mgm/stream.hpp>
 #include <mgm/tag.hpp>
+#include <mgm/telemetry/pool_registry.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -145,6 +146,13 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
         expandable_ = granule_ != 0 && (granule_ & (granule_ - 1)) == 0 && granule_ % options_.round_bytes == 0;
       }
     }
+    registration_ = telemetry::pool_registration{device_, telemetry::simulated_ops<stream_ops_type>, [this] {
+      const pool_statistics s = statistics();
+      telemetry::pool_figures f;
+      if constexpr (Statistics) f.allocated = static_cast<std::uint64_t>(s.allocated_bytes.current);
+      f.reserved = static_cast<std::uint64_t>(s.reserved_bytes.current);
+      return f;
+    }};
   }
 
   caching_pool(const caching_pool&) = delete;
@@ -1185,6 +1193,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   }
 
   void destroy() noexcept {
+    registration_.reset();  // first: the registry must not read a pool being torn down
     std::size_t leaked = map_.size();
     for (const auto& pf : pending_) {
       for (const auto& ev : pf.events) {
@@ -1245,6 +1254,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   std::size_t idle_bytes_{0};
   std::size_t pending_bytes_{0};
   pool_statistics stats_;
+  telemetry::pool_registration registration_;  // last member: leaves before the rest is destroyed
 };
 
 }  // namespace mgm

@@ -34,6 +34,7 @@ struct event {
 class stream_ops {
  public:
   using event = sim::event;
+  static constexpr bool simulated = true;  ///< marks the simulator's seams (telemetry tells them apart)
 
   explicit stream_ops(detail::machine_state* machine) noexcept : machine_{machine} {}
 

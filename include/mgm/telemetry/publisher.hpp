@@ -1,0 +1,78 @@
+/// @file
+/// @brief Pool figures visible from outside the process: each publishing process keeps a small
+/// text file `mgm.<pid>` in `/dev/shm` (or `MGM_PUBLISH_DIR`) with its pools' allocated and
+/// reserved bytes per device, rewritten at most every 100 ms and removed at exit; `mgm status`
+/// reads them all.
+///
+/// Publishing starts with `start_publishing()`, or by itself at the first pool when `MGM_PUBLISH=1`.
+/// The file is replaced atomically (written aside, then renamed), so a reader never sees half.
+#pragma once
+
+#include <mgm/telemetry/pool_registry.hpp>
+#include <mgm/telemetry/sample.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mgm::telemetry {
+
+/// @brief One device's figures in a published file.
+struct published_device {
+  int ordinal{0};             ///< the CUDA ordinal (or simulated device) in the publishing process
+  bool simulated{false};
+  std::string pci_bus_id;     ///< empty for simulated devices or when unknown
+  std::string uuid;
+  pool_figures figures;
+  std::uint32_t pools{0};
+};
+
+/// @brief What one process published.
+struct published_process {
+  std::uint32_t pid{0};
+  std::string name;
+  clock::time_point updated{};
+  std::vector<published_device> devices;
+};
+
+/// @brief `$MGM_PUBLISH_DIR`, else `/dev/shm`.
+[[nodiscard]] std::filesystem::path default_publish_dir();
+
+/// @brief Writes this process's pool figures every `period` (at least 100 ms) until destroyed,
+/// then removes the file. **Thread safety:** safe.
+class publisher {
+ public:
+  explicit publisher(std::chrono::milliseconds period = std::chrono::milliseconds{100},
+                     std::filesystem::path dir = default_publish_dir());
+  ~publisher();
+  publisher(const publisher&) = delete;
+  publisher& operator=(const publisher&) = delete;
+
+  /// @brief Writes the file now (also done by the background thread every period).
+  void publish_now();
+  [[nodiscard]] const std::filesystem::path& file() const noexcept;
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+/// @brief Starts the process-wide publisher (idempotent); `stop_publishing` removes the file.
+void start_publishing();
+void stop_publishing() noexcept;
+
+/// @brief Every live process's published figures in `dir`. Files of processes that no longer
+/// exist are ignored; unreadable files are skipped and named in `skipped` (line = 0).
+[[nodiscard]] std::vector<published_process> read_published(const std::filesystem::path& dir = default_publish_dir(),
+                                                            std::vector<log_issue>* skipped = nullptr);
+
+/// @brief Adds published pool figures to samples of the same GPU (by PCI bus id or UUID; for
+/// simulated devices, when `simulated` is true, by ordinal), summing over processes.
+void add_published_figures(std::vector<device_sample>& samples, const std::vector<published_process>& published,
+                           bool simulated = false);
+
+}  // namespace mgm::telemetry

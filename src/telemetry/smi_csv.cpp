@@ -1,0 +1,791 @@
+// nvidia-smi CSV logs as people keep them: `--query-gpu` with or without units and header, a
+// script's own columns, a human table before the CSV, NUL runs, GPUs interleaved; and
+// `--query-compute-apps`. Also the pieces every log reader shares (lines, numbers, times) and the
+// entry points that pick a reader.
+#include <mgm/error.hpp>
+#include <mgm/telemetry/log_format.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <istream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mgm::telemetry {
+
+// ---------------------------------------------------------------------------------------------
+// Shared pieces
+// ---------------------------------------------------------------------------------------------
+
+namespace detail {
+
+std::vector<log_line> split_log_lines(std::string_view text) {
+  if (text.size() >= 3 && text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
+  std::vector<log_line> lines;
+  std::size_t number = 0;
+  for (std::size_t start = 0; start < text.size();) {
+    const std::size_t nl = std::min(text.find('\n', start), text.size());
+    log_line line;
+    line.number = ++number;
+    const auto raw = text.substr(start, nl - start);
+    line.text.reserve(raw.size());
+    for (const char c : raw) {
+      if (c == '\0') {
+        line.had_nul = true;
+      } else {
+        line.text.push_back(c);
+      }
+    }
+    if (!line.text.empty() && line.text.back() == '\r') line.text.pop_back();
+    lines.push_back(std::move(line));
+    start = nl + 1;
+  }
+  return lines;
+}
+
+std::string_view trim(std::string_view text) noexcept {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t' || text.front() == '\r')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r')) text.remove_suffix(1);
+  return text;
+}
+
+std::optional<number_and_unit> parse_number_and_unit(std::string_view text) noexcept {
+  text = trim(text);
+  if (text.empty()) return std::nullopt;
+  // from_chars takes neither a leading '+' nor "inf"/"nan" spelled as words we want.
+  if (text.front() == '+') text.remove_prefix(1);
+  if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text.front())) != 0 || text.front() == '-' ||
+                        text.front() == '.')) {
+    return std::nullopt;
+  }
+  double value = 0.0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end == text.data() || !std::isfinite(value)) return std::nullopt;
+  return number_and_unit{value, trim(text.substr(static_cast<std::size_t>(end - text.data())))};
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::trim;
+
+// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+std::int64_t days_from_civil(std::int64_t y, unsigned m, unsigned d) noexcept {
+  y -= m <= 2 ? 1 : 0;
+  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const auto yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + static_cast<std::int64_t>(doe) - 719468;
+}
+
+struct civil {
+  std::int64_t year;
+  unsigned month;
+  unsigned day;
+};
+
+civil civil_from_days(std::int64_t z) noexcept {
+  z += 719468;
+  const std::int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  const auto doe = static_cast<unsigned>(z - era * 146097);
+  const unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const std::int64_t y = static_cast<std::int64_t>(yoe) + era * 400;
+  const unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const unsigned mp = (5 * doy + 2) / 153;
+  const unsigned d = doy - (153 * mp + 2) / 5 + 1;
+  const unsigned m = mp < 10 ? mp + 3 : mp - 9;
+  return {y + (m <= 2 ? 1 : 0), m, d};
+}
+
+bool leap(std::int64_t y) noexcept { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
+
+unsigned days_in_month(std::int64_t y, unsigned m) noexcept {
+  static constexpr std::array<unsigned, 12> days{31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return m == 2 && leap(y) ? 29 : days[m - 1];
+}
+
+// Reads exactly `n` digits at `pos`.
+bool digits(std::string_view s, std::size_t& pos, std::size_t n, unsigned& out) noexcept {
+  if (pos + n > s.size()) return false;
+  unsigned v = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const char c = s[pos + i];
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<unsigned>(c - '0');
+  }
+  pos += n;
+  out = v;
+  return true;
+}
+
+struct split_time {
+  std::int64_t seconds;
+  std::int64_t millis;
+};
+
+split_time split_ms(clock::time_point t) {
+  const auto ms = std::chrono::floor<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  const std::int64_t seconds = (ms >= 0 ? ms : ms - 999) / 1000;
+  return {seconds, ms - seconds * 1000};
+}
+
+}  // namespace
+
+std::optional<clock::time_point> parse_log_time(std::string_view text) noexcept {
+  using namespace std::chrono;
+  text = trim(text);
+  if (text.empty()) return std::nullopt;
+  // Unix seconds (or milliseconds), with an optional fraction.
+  if (std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; }) &&
+      std::count(text.begin(), text.end(), '.') <= 1 && text.front() != '.' && text.size() <= 19) {
+    const auto dot = text.find('.');
+    const auto whole_text = text.substr(0, dot);
+    std::int64_t whole = 0;
+    const auto [end, ec] = std::from_chars(whole_text.data(), whole_text.data() + whole_text.size(), whole);
+    if (ec != std::errc{} || end != whole_text.data() + whole_text.size()) return std::nullopt;
+    std::int64_t nanos = 0;
+    if (dot != std::string_view::npos) {
+      const auto frac = text.substr(dot + 1);
+      std::int64_t scale = 100'000'000;
+      for (std::size_t i = 0; i < frac.size() && i < 9; ++i, scale /= 10) nanos += (frac[i] - '0') * scale;
+    }
+    // system_clock counts nanoseconds in 64 bits: about the years 1678 to 2262.
+    nanoseconds since{};
+    if (whole > 100'000'000'000LL) {  // milliseconds
+      if (whole > 9'000'000'000'000LL) return std::nullopt;
+      since = milliseconds{whole} + nanoseconds{nanos / 1000};
+    } else {
+      if (whole > 9'000'000'000LL) return std::nullopt;
+      since = seconds{whole} + nanoseconds{nanos};
+    }
+    return clock::time_point{duration_cast<clock::duration>(since)};
+  }
+  // YYYY?MM?DD[ T]HH:MM:SS[.fff][Z|+HH:MM|+HHMM]
+  std::size_t p = 0;
+  unsigned year = 0;
+  unsigned month = 0;
+  unsigned day = 0;
+  unsigned hour = 0;
+  unsigned minute = 0;
+  unsigned second = 0;
+  if (!digits(text, p, 4, year)) return std::nullopt;
+  if (p >= text.size() || (text[p] != '/' && text[p] != '-')) return std::nullopt;
+  const char date_sep = text[p++];
+  if (!digits(text, p, 2, month) || p >= text.size() || text[p++] != date_sep || !digits(text, p, 2, day)) {
+    return std::nullopt;
+  }
+  if (p >= text.size() || (text[p] != ' ' && text[p] != 'T')) return std::nullopt;
+  ++p;
+  while (p < text.size() && text[p] == ' ') ++p;
+  if (!digits(text, p, 2, hour) || p >= text.size() || text[p++] != ':' || !digits(text, p, 2, minute) ||
+      p >= text.size() || text[p++] != ':' || !digits(text, p, 2, second)) {
+    return std::nullopt;
+  }
+  std::int64_t nanos = 0;
+  if (p < text.size() && (text[p] == '.' || text[p] == ',')) {
+    ++p;
+    std::int64_t scale = 100'000'000;
+    const std::size_t start = p;
+    for (; p < text.size() && text[p] >= '0' && text[p] <= '9'; ++p) {
+      if (p - start < 9) {
+        nanos += (text[p] - '0') * scale;
+        scale /= 10;
+      }
+    }
+    if (p == start) return std::nullopt;
+  }
+  std::int64_t offset_minutes = 0;
+  if (p < text.size() && (text[p] == 'Z' || text[p] == 'z')) {
+    ++p;
+  } else if (p < text.size() && (text[p] == '+' || text[p] == '-')) {
+    const int sign = text[p] == '-' ? -1 : 1;
+    ++p;
+    unsigned oh = 0;
+    unsigned om = 0;
+    if (!digits(text, p, 2, oh)) return std::nullopt;
+    if (p < text.size() && text[p] == ':') ++p;
+    if (!digits(text, p, 2, om) || oh > 23 || om > 59) return std::nullopt;
+    offset_minutes = sign * static_cast<std::int64_t>(oh * 60 + om);
+  }
+  if (p != text.size()) return std::nullopt;
+  if (year < 1700 || year > 2200 || month < 1 || month > 12 || day < 1 || day > days_in_month(year, month) || hour > 23 || minute > 59 ||
+      second > 60) {
+    return std::nullopt;
+  }
+  const std::int64_t secs = days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second -
+                            offset_minutes * 60;
+  return clock::time_point{duration_cast<clock::duration>(seconds{secs} + nanoseconds{nanos})};
+}
+
+std::string format_smi_time(clock::time_point time) {
+  const auto [secs, ms] = split_ms(time);
+  const std::int64_t days = (secs >= 0 ? secs : secs - 86399) / 86400;
+  const std::int64_t in_day = secs - days * 86400;
+  const auto date = civil_from_days(days);
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%04lld/%02u/%02u %02lld:%02lld:%02lld.%03lld", static_cast<long long>(date.year),
+                date.month, date.day, static_cast<long long>(in_day / 3600), static_cast<long long>(in_day / 60 % 60),
+                static_cast<long long>(in_day % 60), static_cast<long long>(ms));
+  return buffer;
+}
+
+std::string format_iso_time(clock::time_point time) {
+  std::string s = format_smi_time(time);  // YYYY/MM/DD HH:MM:SS.mmm
+  if (s.size() >= 11) {
+    s[4] = '-';
+    s[7] = '-';
+    s[10] = 'T';
+  }
+  return s + 'Z';
+}
+
+// ---------------------------------------------------------------------------------------------
+// nvidia-smi CSV
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+enum class field : std::uint8_t {
+  none,
+  timestamp,
+  index,
+  gpu,
+  name,
+  uuid,
+  bus_id,
+  memory_total,
+  memory_used,
+  memory_free,
+  memory_reserved,
+  temperature,
+  power_draw,
+  power_limit,
+  clock_sm,
+  clock_mem,
+  pcie_gen,
+  pcie_width,
+  utilization_gpu,
+  utilization_mem,
+  pcie_rx,
+  pcie_tx,
+  nvlink_up,
+  pool_allocated,
+  pool_reserved,
+  pid,
+  process_name,
+  used_memory,
+  count
+};
+
+struct alias {
+  std::string_view name;  // lower case, `_` written as `.`, no unit
+  field target;
+  int rank;  // the lower, the more preferred when several columns fill one field
+};
+
+constexpr std::array aliases{
+    alias{"timestamp", field::timestamp, 0},
+    alias{"time", field::timestamp, 1},
+    alias{"index", field::index, 0},
+    alias{"gpu", field::gpu, 0},
+    alias{"gpu.id", field::gpu, 0},
+    alias{"gpu.index", field::gpu, 0},
+    alias{"name", field::name, 0},
+    alias{"gpu.name", field::name, 1},
+    alias{"uuid", field::uuid, 0},
+    alias{"gpu.uuid", field::uuid, 1},
+    alias{"pci.bus.id", field::bus_id, 0},
+    alias{"gpu.bus.id", field::bus_id, 1},
+    alias{"memory.total", field::memory_total, 0},
+    alias{"memory.used", field::memory_used, 0},
+    alias{"memory.free", field::memory_free, 0},
+    alias{"memory.reserved", field::memory_reserved, 0},
+    alias{"temperature.gpu", field::temperature, 0},
+    alias{"power.draw", field::power_draw, 0},
+    alias{"power.draw.average", field::power_draw, 1},
+    alias{"power.draw.instant", field::power_draw, 2},
+    alias{"power.limit", field::power_limit, 0},
+    alias{"enforced.power.limit", field::power_limit, 1},
+    alias{"clocks.sm", field::clock_sm, 0},
+    alias{"clocks.current.sm", field::clock_sm, 0},
+    alias{"clocks.mem", field::clock_mem, 0},
+    alias{"clocks.current.memory", field::clock_mem, 0},
+    alias{"pcie.link.gen.current", field::pcie_gen, 0},
+    alias{"pcie.link.gen.gpucurrent", field::pcie_gen, 1},
+    alias{"pcie.link.width.current", field::pcie_width, 0},
+    alias{"utilization.gpu", field::utilization_gpu, 0},
+    alias{"utilization.memory", field::utilization_mem, 0},
+    alias{"utilization.mem", field::utilization_mem, 0},
+    alias{"mgm.pcie.rx", field::pcie_rx, 0},
+    alias{"mgm.pcie.tx", field::pcie_tx, 0},
+    alias{"mgm.nvlink.up", field::nvlink_up, 0},
+    alias{"mgm.pool.allocated", field::pool_allocated, 0},
+    alias{"mgm.pool.reserved", field::pool_reserved, 0},
+    alias{"pid", field::pid, 0},
+    alias{"process.name", field::process_name, 0},
+    alias{"used.gpu.memory", field::used_memory, 0},
+    alias{"used.memory", field::used_memory, 1},
+};
+
+// Unit suffixes of scripts' own column names (`memory_used_mib`), with the unit they stand for.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 7> name_units{{
+    {".mib", "MiB"},
+    {".mb", "MiB"},
+    {".gib", "GiB"},
+    {".pct", "%"},
+    {".mhz", "MHz"},
+    {".w", "W"},
+    {".c", "C"},
+}};
+
+struct column {
+  std::string spelled;  // as in the header, trimmed
+  field target{field::none};
+  int rank{0};
+  std::string unit;  // from `[unit]` or a name suffix
+};
+
+const alias* find_alias(std::string_view name) {
+  for (const auto& a : aliases) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+column classify(std::string_view spelled) {
+  column c;
+  c.spelled = std::string{trim(spelled)};
+  std::string_view base = c.spelled;
+  if (const auto open = base.find('['); open != std::string_view::npos) {
+    const auto close = base.find(']', open);
+    c.unit = std::string{trim(base.substr(open + 1, close == std::string_view::npos ? std::string_view::npos : close - open - 1))};
+    base = trim(base.substr(0, open));
+  }
+  std::string key;
+  key.reserve(base.size());
+  for (const char ch : base) {
+    key.push_back(ch == '_' ? '.' : static_cast<char>(std::tolower(static_cast<unsigned char>(ch))));
+  }
+  const alias* a = find_alias(key);
+  if (a == nullptr) {
+    for (const auto& [suffix, unit] : name_units) {
+      if (key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        a = find_alias(std::string_view{key}.substr(0, key.size() - suffix.size()));
+        if (a != nullptr) {
+          if (c.unit.empty()) c.unit = std::string{unit};
+          break;
+        }
+      }
+    }
+  }
+  if (a != nullptr) {
+    c.target = a->target;
+    c.rank = a->rank;
+  }
+  return c;
+}
+
+std::vector<std::string_view> split_fields(std::string_view line) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  for (;;) {
+    const auto comma = line.find(',', start);
+    out.push_back(trim(line.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+bool starts_like_number(std::string_view s) {
+  return !s.empty() && (std::isdigit(static_cast<unsigned char>(s.front())) != 0 || s.front() == '-' ||
+                        s.front() == '+' || s.front() == '.');
+}
+
+// A header: two names or more, none empty, a number or a bracketed value, one a known column.
+std::optional<std::vector<column>> as_header(const std::vector<std::string_view>& fields) {
+  if (fields.size() < 2) return std::nullopt;
+  std::vector<column> columns;
+  bool known = false;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const auto f = fields[i];
+    if (f.empty()) {
+      if (i + 1 == fields.size() && i >= 2) break;  // a trailing comma
+      return std::nullopt;
+    }
+    if (starts_like_number(f) || f.front() == '[') return std::nullopt;
+    columns.push_back(classify(f));
+    known = known || columns.back().target != field::none;
+  }
+  if (!known) return std::nullopt;
+  return columns;
+}
+
+bool is_missing(std::string_view v) {
+  return v.empty() || (v.front() == '[' && v.back() == ']') || v == "N/A" || v == "n/a" || v == "NA" ||
+         v == "Not Supported";
+}
+
+// The reader's view of one header.
+struct layout {
+  std::vector<column> columns;
+  std::size_t line{0};
+  // Per field, its columns in preference order.
+  std::array<std::vector<std::size_t>, static_cast<std::size_t>(field::count)> by_field;
+  bool apps{false};
+  bool has_time{false};
+  bool mgm{false};
+
+  explicit layout(std::vector<column> cols, std::size_t at) : columns{std::move(cols)}, line{at} {
+    for (std::size_t i = 0; i < columns.size(); ++i) {
+      if (columns[i].target != field::none) by_field[static_cast<std::size_t>(columns[i].target)].push_back(i);
+      if (columns[i].spelled.size() >= 4 && (columns[i].spelled.compare(0, 4, "mgm.") == 0)) mgm = true;
+    }
+    for (auto& list : by_field) {
+      std::stable_sort(list.begin(), list.end(), [&](std::size_t a, std::size_t b) { return columns[a].rank < columns[b].rank; });
+    }
+    apps = has(field::pid);
+    has_time = has(field::timestamp);
+  }
+  [[nodiscard]] bool has(field f) const { return !by_field[static_cast<std::size_t>(f)].empty(); }
+  [[nodiscard]] const std::vector<std::size_t>& of(field f) const { return by_field[static_cast<std::size_t>(f)]; }
+};
+
+// A bad line: its message and the 1-based column in the (NUL-free) line, 0 when none.
+struct line_error {
+  std::string message;
+  std::size_t column{0};
+};
+
+class row_reader {
+ public:
+  row_reader(const layout& l, const std::string& text, std::vector<std::string_view> fields)
+      : layout_{l}, text_{text}, fields_{std::move(fields)} {}
+
+  std::optional<line_error> error;
+
+  // The first non-missing value among the field's columns, or empty.
+  std::optional<std::string_view> raw(field f) {
+    for (const auto i : layout_.of(f)) {
+      const auto v = fields_[i];
+      if (!is_missing(v)) {
+        column_ = i;
+        return v;
+      }
+      if (v.size() > 2 && v != "[N/A]" && v.front() == '[') missing_.push_back(metric_name(i) + ": " + std::string{v});
+    }
+    return std::nullopt;
+  }
+
+  std::optional<double> number(field f, std::initializer_list<std::string_view> units) {
+    const auto v = raw(f);
+    if (!v || error) return std::nullopt;
+    const auto n = detail::parse_number_and_unit(*v);
+    if (!n) return fail("'" + std::string{*v} + "' is not a number");
+    if (!n->unit.empty() && std::find(units.begin(), units.end(), n->unit) == units.end()) {
+      return fail("unexpected unit in '" + std::string{*v} + "'");
+    }
+    return n->value;
+  }
+
+  std::optional<unsigned> whole(field f, std::initializer_list<std::string_view> units) {
+    const auto v = number(f, units);
+    if (!v) return std::nullopt;
+    if (*v < 0 || *v > std::numeric_limits<unsigned>::max()) {
+      fail("'" + std::string{fields_[column_]} + "' is out of range");
+      return std::nullopt;
+    }
+    return static_cast<unsigned>(std::lround(*v));
+  }
+
+  std::optional<std::uint64_t> bytes(field f) {
+    const auto v = raw(f);
+    if (!v || error) return std::nullopt;
+    const auto n = detail::parse_number_and_unit(*v);
+    if (!n) return fail_bytes("'" + std::string{*v} + "' is not a memory size");
+    const std::string_view unit = n->unit.empty() ? std::string_view{layout_.columns[column_].unit} : n->unit;
+    double factor = 0;
+    if (unit.empty() || unit == "MiB" || unit == "MB") {
+      factor = 1024.0 * 1024.0;
+    } else if (unit == "GiB" || unit == "GB") {
+      factor = 1024.0 * 1024.0 * 1024.0;
+    } else if (unit == "KiB" || unit == "KB") {
+      factor = 1024.0;
+    } else if (unit == "B") {
+      factor = 1.0;
+    } else {
+      return fail_bytes("unexpected unit in '" + std::string{*v} + "'");
+    }
+    const double b = n->value * factor;
+    if (b < 0 || b >= 9.2e18) return fail_bytes("'" + std::string{*v} + "' is out of range");
+    return static_cast<std::uint64_t>(std::llround(b));
+  }
+
+  std::string text(field f) {
+    const auto v = raw(f);
+    return v ? std::string{*v} : std::string{};
+  }
+
+  std::vector<std::string> take_missing() { return std::move(missing_); }
+
+ private:
+  std::string metric_name(std::size_t i) const {
+    const std::string& s = layout_.columns[i].spelled;
+    const auto open = s.find(" [");
+    return open == std::string::npos ? s : s.substr(0, open);
+  }
+  std::nullopt_t fail(std::string message) {
+    if (!error) error = line_error{layout_.columns[column_].spelled + ": " + std::move(message), column_of(column_)};
+    return std::nullopt;
+  }
+  std::optional<std::uint64_t> fail_bytes(std::string message) { return fail(std::move(message)); }
+  std::size_t column_of(std::size_t field_index) const {
+    if (field_index >= fields_.size() || fields_[field_index].empty()) return 0;
+    return static_cast<std::size_t>(fields_[field_index].data() - text_.data()) + 1;
+  }
+
+  const layout& layout_;
+  const std::string& text_;
+  std::vector<std::string_view> fields_;
+  std::vector<std::string> missing_;
+  std::size_t column_{0};
+};
+
+[[noreturn]] void fail_csv(std::size_t line, std::size_t column, const std::string& why) {
+  throw parse_error{"nvidia-smi CSV, line " + std::to_string(line) +
+                        (column > 0 ? ", column " + std::to_string(column) : std::string{}) + ": " + why,
+                    line, column};
+}
+
+}  // namespace
+
+gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
+  gpu_log log;
+  log.format = "nvidia-smi-csv";
+  log.assumed_interval = options.assumed_interval;
+  const auto lines = detail::split_log_lines(text);
+
+  std::optional<layout> current;
+  if (!options.columns.empty()) {
+    std::vector<column> cols;
+    for (const auto& c : options.columns) cols.push_back(classify(c));
+    current.emplace(std::move(cols), 0);
+    if (!current->has(field::timestamp)) log.has_timestamps = false;
+    if (current->mgm) log.format = "mgm-csv";
+  }
+  std::map<std::string, std::size_t> rows_per_gpu;      // for logs without timestamps
+  std::map<std::string, int> first_seen;                 // GPU numbers when there is no index column
+
+  auto issue = [&](const detail::log_line& line, line_error e) {
+    if (options.strict) fail_csv(line.number, e.column, e.message);
+    log.issues.push_back({line.number, std::move(e.message)});
+  };
+
+  for (const auto& line : lines) {
+    const std::string_view body = trim(line.text);
+    if (body.empty() || body.front() == '#') continue;
+    auto fields = split_fields(line.text);
+    if (auto head = as_header(fields)) {
+      if (options.columns.empty()) {
+        current.emplace(std::move(*head), line.number);
+        if (!current->has(field::timestamp)) log.has_timestamps = false;
+        if (current->mgm) log.format = "mgm-csv";
+      }
+      continue;  // with `columns` given, the file's header is skipped
+    }
+    if (!current) continue;  // before the header: a human table, a banner
+    const auto& l = *current;
+    std::size_t count = fields.size();
+    if (count == l.columns.size() + 1 && fields.back().empty()) --count;  // a trailing comma
+    if (count != l.columns.size()) {
+      std::string why = "expected " + std::to_string(l.columns.size()) + " fields";
+      if (l.line > 0) why += " (as the header on line " + std::to_string(l.line) + ")";
+      why += ", found " + std::to_string(count);
+      if (line.had_nul) why += " (NUL bytes cut the line)";
+      issue(line, {why, 0});
+      continue;
+    }
+    fields.resize(count);
+    row_reader r{l, line.text, std::move(fields)};
+
+    std::optional<clock::time_point> time;
+    if (l.has_time) {
+      const auto t = r.raw(field::timestamp);
+      if (!t) {
+        issue(line, {"no timestamp", 0});
+        continue;
+      }
+      time = parse_log_time(*t);
+      if (!time) {
+        issue(line, {"'" + std::string{*t} + "' is not a timestamp", 0});
+        continue;
+      }
+    }
+
+    if (l.apps) {
+      process_row row;
+      row.time = time.value_or(clock::time_point{});
+      row.gpu_uuid = r.text(field::uuid);
+      const auto pid = r.raw(field::pid);
+      std::uint32_t value = 0;
+      if (!pid) {
+        issue(line, {"no pid", 0});
+        continue;
+      }
+      const auto [end, ec] = std::from_chars(pid->data(), pid->data() + pid->size(), value);
+      if (ec != std::errc{} || end != pid->data() + pid->size()) {
+        issue(line, {"pid: '" + std::string{*pid} + "' is not a process id", 0});
+        continue;
+      }
+      row.process.pid = value;
+      row.process.name = r.text(field::process_name);
+      row.process.used_bytes = r.bytes(field::used_memory);
+      if (r.error) {
+        issue(line, *r.error);
+        continue;
+      }
+      log.process_rows.push_back(std::move(row));
+      continue;
+    }
+
+    device_sample s;
+    s.name = r.text(field::name);
+    s.uuid = r.text(field::uuid);
+    s.pci_bus_id = r.text(field::bus_id);
+    const field index_field = l.has(field::gpu) ? field::gpu : field::index;
+    std::optional<int> index;
+    if (l.has(index_field)) {
+      const auto v = r.raw(index_field);
+      int value = 0;
+      if (!v) {
+        issue(line, {"no GPU index", 0});
+        continue;
+      }
+      const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), value);
+      if (ec != std::errc{} || end != v->data() + v->size() || value < 0) {
+        issue(line, {"'" + std::string{*v} + "' is not a GPU index", 0});
+        continue;
+      }
+      index = value;
+    }
+    s.memory_total = r.bytes(field::memory_total);
+    s.memory_used = r.bytes(field::memory_used);
+    s.memory_free = r.bytes(field::memory_free);
+    s.memory_reserved = r.bytes(field::memory_reserved);
+    s.temperature_c = r.number(field::temperature, {"C", "\xC2\xB0" "C"});
+    s.power_draw_w = r.number(field::power_draw, {"W"});
+    s.power_limit_w = r.number(field::power_limit, {"W"});
+    s.clock_sm_mhz = r.whole(field::clock_sm, {"MHz"});
+    s.clock_mem_mhz = r.whole(field::clock_mem, {"MHz"});
+    s.pcie_gen = r.whole(field::pcie_gen, {});
+    s.pcie_width = r.whole(field::pcie_width, {"x"});
+    s.utilization_gpu_pct = r.whole(field::utilization_gpu, {"%"});
+    s.utilization_mem_pct = r.whole(field::utilization_mem, {"%"});
+    s.pcie_rx_mb_s = r.number(field::pcie_rx, {"MB/s"});
+    s.pcie_tx_mb_s = r.number(field::pcie_tx, {"MB/s"});
+    s.nvlink_up = r.whole(field::nvlink_up, {});
+    s.pool_allocated = r.bytes(field::pool_allocated);
+    s.pool_reserved = r.bytes(field::pool_reserved);
+    if (r.error) {
+      issue(line, *r.error);
+      continue;
+    }
+    s.missing = r.take_missing();
+    if (index) {
+      s.index = *index;
+    } else {
+      const std::string id = !s.uuid.empty() ? s.uuid : !s.pci_bus_id.empty() ? s.pci_bus_id : s.name;
+      s.index = first_seen.emplace(id, static_cast<int>(first_seen.size())).first->second;
+    }
+    if (time) {
+      s.time = *time;
+    } else {
+      const std::size_t k = rows_per_gpu[s.key()]++;
+      s.time = clock::time_point{std::chrono::duration_cast<clock::duration>(options.assumed_interval *
+                                                                             static_cast<double>(k))};
+    }
+    log.samples.push_back(std::move(s));
+  }
+  if (!current) {
+    fail_csv(1, 0,
+             "no header line found (a line of column names such as 'timestamp, index, memory.used [MiB]'); "
+             "a noheader log needs log_read_options::columns");
+  }
+  return log;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points
+// ---------------------------------------------------------------------------------------------
+
+log_format detect_log_format(std::string_view text) noexcept {
+  try {
+    bool comma = false;
+    std::size_t seen = 0;
+    for (const auto& line : detail::split_log_lines(text)) {
+      const auto body = trim(line.text);
+      if (body.empty()) continue;
+      if (seen++ == 0) {
+        if (body.front() == '{') return log_format::jsonl;
+        const auto first = trim(body.substr(0, body.find(',')));
+        if (body.find(',') != std::string_view::npos && (first == "Date" || first == "date")) return log_format::gpuz;
+      }
+      if (body.find(',') != std::string_view::npos) {
+        comma = true;
+        break;
+      }
+    }
+    return comma ? log_format::smi_csv : log_format::unknown;
+  } catch (...) {  // only std::bad_alloc can get here
+    return log_format::unknown;
+  }
+}
+
+gpu_log read_gpu_log(std::string_view text, const log_read_options& options) {
+  if (!options.columns.empty()) return read_smi_csv(text, options);
+  switch (detect_log_format(text)) {
+    case log_format::smi_csv:
+      return read_smi_csv(text, options);
+    case log_format::gpuz:
+      return read_gpuz_log(text, options);
+    case log_format::jsonl:
+      return read_jsonl_log(text, options);
+    case log_format::unknown:
+      break;
+  }
+  throw parse_error{"GPU log, line 1: unknown format (expected nvidia-smi CSV, a GPU-Z sensor log or JSON lines)",
+                    1, 0};
+}
+
+gpu_log read_gpu_log(std::istream& in, const log_read_options& options) {
+  const std::string text{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+  return read_gpu_log(std::string_view{text}, options);
+}
+
+gpu_log read_gpu_log_file(const std::filesystem::path& path, const log_read_options& options) {
+  std::ifstream in{path, std::ios::binary};
+  if (!in) throw logic_error{"cannot open the GPU log '" + path.string() + "'"};
+  const std::string text{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
+  if (in.bad()) throw logic_error{"cannot read the GPU log '" + path.string() + "'"};
+  if (options.device_name.empty() && detect_log_format(text) == log_format::gpuz) {
+    log_read_options named = options;
+    named.device_name = path.stem().string();
+    return read_gpuz_log(text, named);
+  }
+  return read_gpu_log(std::string_view{text}, options);
+}
+
+}  // namespace mgm::telemetry

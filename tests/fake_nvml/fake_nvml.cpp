@@ -1,0 +1,277 @@
+// A fake NVML for the tests: the symbols of src/telemetry/nvml_abi.hpp, answering from a JSON file
+// named by MGM_FAKE_NVML_CONFIG. Built twice: the current ABI, and (MGM_FAKE_NVML_OLD) a driver from
+// before the versioned calls, which exports only nvmlInit, nvmlDeviceGetMemoryInfo (v1), the v1
+// process query and nvmlDeviceGetTemperature.
+//
+// Config: {"driver_version": "...", "init_error": 0, "devices": [{"name", "uuid", "pci_bus_id",
+//   "memory": {"total", "reserved", "used"}, "temperature", "power_mw", "power_limit_mw",
+//   "clock_sm", "clock_mem", "pcie_gen", "pcie_width", "pcie_rx_kbs", "pcie_tx_kbs",
+//   "nvlinks": [1, 1, 0], "utilization": [gpu, mem], "processes": [{"pid", "name", "used"}],
+//   "unsupported": ["power", "temperature", "clocks", "pcie", "nvlink", "utilization", "processes", "memory"]}]}
+#include "nvml_abi.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace abi = mgm::nvml_abi;
+
+namespace {
+
+struct fake_state {
+  nlohmann::json config;
+  int inits{0};
+  int shutdowns{0};
+  int live{0};
+  unsigned int last_memory_version{0};
+};
+
+fake_state& state() {
+  static fake_state s;
+  return s;
+}
+
+const nlohmann::json* device_of(abi::device_t d) {
+  const auto i = reinterpret_cast<std::uintptr_t>(d);
+  const auto& devs = state().config["devices"];
+  if (state().live == 0) return nullptr;
+  if (i == 0 || i > devs.size()) return nullptr;
+  return &devs[i - 1];
+}
+
+bool unsupported(const nlohmann::json& dev, const char* what) {
+  if (!dev.contains("unsupported")) return false;
+  const auto& u = dev["unsupported"];
+  return std::find(u.begin(), u.end(), what) != u.end();
+}
+
+void copy_string(const std::string& s, char* out, unsigned int length) {
+  std::strncpy(out, s.c_str(), length);
+  if (length != 0) out[length - 1] = '\0';
+}
+
+abi::return_t do_init() {
+  auto& s = state();
+  const char* path = std::getenv("MGM_FAKE_NVML_CONFIG");
+  if (path == nullptr) return abi::error_driver_not_loaded;
+  std::ifstream in{path};
+  if (!in) return abi::error_driver_not_loaded;
+  try {
+    s.config = nlohmann::json::parse(in);
+  } catch (...) {
+    return abi::error_unknown;
+  }
+  const int err = s.config.value("init_error", 0);
+  if (err != 0) return err;
+  ++s.inits;
+  ++s.live;
+  return abi::success;
+}
+
+template <class Info>
+abi::return_t list_processes(abi::device_t d, unsigned int* count, Info* infos) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr || count == nullptr) return abi::error_invalid_argument;
+  if (unsupported(*dev, "processes")) return abi::error_not_supported;
+  const auto procs = dev->value("processes", nlohmann::json::array());
+  const auto n = static_cast<unsigned int>(procs.size());
+  if (*count < n || (infos == nullptr && n != 0)) {
+    *count = n;
+    return abi::error_insufficient_size;
+  }
+  *count = n;
+  for (unsigned int i = 0; i < n; ++i) {
+    infos[i] = Info{};
+    infos[i].pid = procs[i].value("pid", 0U);
+    infos[i].used_gpu_memory = procs[i].value("used", abi::value_not_available);
+  }
+  return abi::success;
+}
+
+}  // namespace
+
+#define FAKE_API extern "C" __attribute__((visibility("default")))
+
+// ---- what the tests inspect ----
+FAKE_API int fake_nvml_inits() { return state().inits; }
+FAKE_API int fake_nvml_shutdowns() { return state().shutdowns; }
+FAKE_API unsigned int fake_nvml_last_memory_version() { return state().last_memory_version; }
+
+// ---- lifecycle ----
+#ifdef MGM_FAKE_NVML_OLD
+FAKE_API abi::return_t nvmlInit() { return do_init(); }
+FAKE_API abi::return_t nvmlDeviceGetCount(unsigned int* n) {
+#else
+FAKE_API abi::return_t nvmlInit_v2() { return do_init(); }
+FAKE_API abi::return_t nvmlDeviceGetCount_v2(unsigned int* n) {
+#endif
+  if (state().live == 0) return abi::error_uninitialized;
+  *n = static_cast<unsigned int>(state().config["devices"].size());
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlShutdown() {
+  auto& s = state();
+  if (s.live == 0) return abi::error_uninitialized;
+  --s.live;
+  ++s.shutdowns;
+  return abi::success;
+}
+
+FAKE_API const char* nvmlErrorString(abi::return_t r) {
+  switch (r) {
+    case abi::error_not_supported: return "Not Supported";
+    case abi::error_argument_version_mismatch: return "Argument version mismatch";
+    case abi::error_insufficient_size: return "Insufficient Size";
+    default: return "Unknown Error";
+  }
+}
+
+FAKE_API abi::return_t nvmlSystemGetDriverVersion(char* out, unsigned int length) {
+  copy_string(state().config.value("driver_version", "0.0"), out, length);
+  return abi::success;
+}
+
+#ifdef MGM_FAKE_NVML_OLD
+FAKE_API abi::return_t nvmlDeviceGetHandleByIndex(unsigned int i, abi::device_t* d) {
+#else
+FAKE_API abi::return_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, abi::device_t* d) {
+#endif
+  if (state().live == 0) return abi::error_uninitialized;
+  if (i >= state().config["devices"].size()) return abi::error_invalid_argument;
+  *d = reinterpret_cast<abi::device_t>(static_cast<std::uintptr_t>(i) + 1);
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlDeviceGetName(abi::device_t d, char* out, unsigned int length) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr) return abi::error_invalid_argument;
+  copy_string(dev->value("name", ""), out, length);
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlDeviceGetUUID(abi::device_t d, char* out, unsigned int length) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr) return abi::error_invalid_argument;
+  copy_string(dev->value("uuid", ""), out, length);
+  return abi::success;
+}
+
+#ifndef MGM_FAKE_NVML_OLD
+FAKE_API abi::return_t nvmlDeviceGetPciInfo_v3(abi::device_t d, abi::pci_info_t* pci) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr) return abi::error_invalid_argument;
+  *pci = abi::pci_info_t{};
+  copy_string(dev->value("pci_bus_id", ""), pci->bus_id, sizeof pci->bus_id);
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlDeviceGetMemoryInfo_v2(abi::device_t d, abi::memory_v2_t* m) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr) return abi::error_invalid_argument;
+  state().last_memory_version = m->version;
+  if (m->version != abi::memory_v2_version) return abi::error_argument_version_mismatch;
+  if (unsupported(*dev, "memory")) return abi::error_not_supported;
+  const auto& mem = (*dev)["memory"];
+  m->total = mem.value("total", 0ULL);
+  m->reserved = mem.value("reserved", 0ULL);
+  m->used = mem.value("used", 0ULL);
+  m->free = m->total - m->reserved - m->used;
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlDeviceGetTemperatureV(abi::device_t d, abi::temperature_v1_t* t) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr) return abi::error_invalid_argument;
+  if (t->version != abi::temperature_v1_version) return abi::error_argument_version_mismatch;
+  if (unsupported(*dev, "temperature")) return abi::error_not_supported;
+  t->temperature = dev->value("temperature", 0);
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlDeviceGetComputeRunningProcesses_v3(abi::device_t d, unsigned int* n, abi::process_info_t* p) {
+  return list_processes(d, n, p);
+}
+#else
+FAKE_API abi::return_t nvmlDeviceGetComputeRunningProcesses(abi::device_t d, unsigned int* n, abi::process_info_v1_t* p) {
+  return list_processes(d, n, p);
+}
+#endif
+
+FAKE_API abi::return_t nvmlDeviceGetMemoryInfo(abi::device_t d, abi::memory_v1_t* m) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr) return abi::error_invalid_argument;
+  if (unsupported(*dev, "memory")) return abi::error_not_supported;
+  const auto& mem = (*dev)["memory"];
+  m->total = mem.value("total", 0ULL);
+  m->used = mem.value("reserved", 0ULL) + mem.value("used", 0ULL);  // v1 counts the reserved part as used
+  m->free = m->total - m->used;
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlDeviceGetTemperature(abi::device_t d, int sensor, unsigned int* t) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr || sensor != abi::temperature_gpu) return abi::error_invalid_argument;
+  if (unsupported(*dev, "temperature")) return abi::error_not_supported;
+  *t = dev->value("temperature", 0U);
+  return abi::success;
+}
+
+namespace {
+abi::return_t uint_metric(abi::device_t d, const char* group, const char* key, unsigned int* out) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr) return abi::error_invalid_argument;
+  if (unsupported(*dev, group) || !dev->contains(key)) return abi::error_not_supported;
+  *out = (*dev)[key].get<unsigned int>();
+  return abi::success;
+}
+}  // namespace
+
+FAKE_API abi::return_t nvmlDeviceGetPowerUsage(abi::device_t d, unsigned int* mw) { return uint_metric(d, "power", "power_mw", mw); }
+FAKE_API abi::return_t nvmlDeviceGetEnforcedPowerLimit(abi::device_t d, unsigned int* mw) {
+  return uint_metric(d, "power", "power_limit_mw", mw);
+}
+FAKE_API abi::return_t nvmlDeviceGetClockInfo(abi::device_t d, int type, unsigned int* mhz) {
+  return uint_metric(d, "clocks", type == abi::clock_sm ? "clock_sm" : "clock_mem", mhz);
+}
+FAKE_API abi::return_t nvmlDeviceGetCurrPcieLinkGeneration(abi::device_t d, unsigned int* g) { return uint_metric(d, "pcie", "pcie_gen", g); }
+FAKE_API abi::return_t nvmlDeviceGetCurrPcieLinkWidth(abi::device_t d, unsigned int* w) { return uint_metric(d, "pcie", "pcie_width", w); }
+FAKE_API abi::return_t nvmlDeviceGetPcieThroughput(abi::device_t d, int counter, unsigned int* kbs) {
+  return uint_metric(d, "pcie", counter == abi::pcie_rx_bytes ? "pcie_rx_kbs" : "pcie_tx_kbs", kbs);
+}
+
+FAKE_API abi::return_t nvmlDeviceGetNvLinkState(abi::device_t d, unsigned int link, int* active) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr) return abi::error_invalid_argument;
+  if (unsupported(*dev, "nvlink") || !dev->contains("nvlinks")) return abi::error_not_supported;
+  const auto& links = (*dev)["nvlinks"];
+  if (link >= links.size()) return abi::error_invalid_argument;
+  *active = links[link].get<int>();
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlDeviceGetUtilizationRates(abi::device_t d, abi::utilization_t* u) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr) return abi::error_invalid_argument;
+  if (unsupported(*dev, "utilization") || !dev->contains("utilization")) return abi::error_not_supported;
+  u->gpu = (*dev)["utilization"][0].get<unsigned int>();
+  u->memory = (*dev)["utilization"][1].get<unsigned int>();
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlSystemGetProcessName(unsigned int pid, char* out, unsigned int length) {
+  for (const auto& dev : state().config["devices"]) {
+    for (const auto& p : dev.value("processes", nlohmann::json::array())) {
+      if (p.value("pid", 0U) == pid) {
+        copy_string(p.value("name", ""), out, length);
+        return abi::success;
+      }
+    }
+  }
+  return abi::error_not_found;
+}
