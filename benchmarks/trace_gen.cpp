@@ -99,9 +99,10 @@ int main(int argc, char** argv) {
       const auto real = mgm::training_step_stats(real_trace, marker);
       print_steps("real", real);
       if (!generated.empty() && !real.empty()) {
-        // The last generated step (steady state) against the real trace's first step.
+        // Last steps against each other: a trace's first step misses the frees of the loop's
+        // references from the step before it (the input batch, labels, logits, loss).
         const auto& g = generated.back();
-        const auto& r = real.front();
+        const auto& r = real.back();
         std::printf("per step, generated vs real:\n");
         std::printf("  allocations      %12zu %12zu  %+7.2f %%\n", g.allocations, r.allocations, percent(g.allocations, r.allocations));
         std::printf("  bytes allocated  %12zu %12zu  %+7.2f %%\n", g.allocated_bytes, r.allocated_bytes,

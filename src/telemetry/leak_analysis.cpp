@@ -182,8 +182,13 @@ std::size_t warmup_end(std::span<const series_point> p, std::size_t s, std::size
   // above 90 %); slower growth after it belongs to the load window.
   double steepest = 0;
   for (std::size_t k = 1; k <= i; ++k) steepest = std::max(steepest, r[k] - r[k - 1]);
-  const double ramp_step = std::max(o.min_growth_mib, 0.25 * steepest);
-  while (i + 1 < n && r[i + 1] - r[i] > ramp_step) ++i;
+  const double ramp_step = std::max(o.min_growth_mib, 0.1 * steepest);
+  // Over the next three samples, so that one noisy step does not end the ramp.
+  const auto rising = [&](std::size_t k) {
+    const std::size_t ahead = std::min<std::size_t>(3, n - 1 - k);
+    return r[k + 1] - r[k] > ramp_step || (r[k + ahead] - r[k]) / static_cast<double>(ahead) > ramp_step;
+  };
+  while (i + 1 < n && rising(i)) ++i;
   return s + i;
 }
 
@@ -194,48 +199,59 @@ struct plateau_found {
 };
 
 /// The longest flat suffix of the load window [w, e) after significant growth (see the header).
+/// For a candidate start `at`: the suffix's median level must exceed the start level
+/// significantly; its Theil–Sen slope must be at most a quarter of the rate before it (the growth
+/// to the suffix's median over the time to the suffix's median time, which is the true rate for a
+/// straight line), significantly so; and its net change (first to last level) must be small, so
+/// that a late step of a staircase is not taken for a plateau.
 std::optional<plateau_found> find_plateau(std::span<const series_point> p, std::size_t w, std::size_t e,
                                           std::optional<level> baseline, double noise, std::size_t m,
                                           const leak_options& o) {
   const std::size_t n = e - w;
-  if (n < 4) return std::nullopt;
+  if (n < 6) return std::nullopt;
   const double span_s = p[e - 1].seconds - p[w].seconds;
-  const std::size_t step = std::max<std::size_t>(1, n / 400);
-  for (std::size_t at = w + 1; at + 2 < e; at += step) {
+  // About 60 candidates, each with a Theil–Sen of at most 20 000 pairs: O(1.2 M) per window.
+  const std::size_t step = std::max<std::size_t>(1, n / 60);
+  const std::size_t screening_pairs = std::min<std::size_t>(o.max_pairs, 20'000);
+  const double z = o.significance_z;
+  for (std::size_t at = w + 3; at + 3 <= e; at += step) {
     if (p[e - 1].seconds - p[at].seconds < o.plateau_min_fraction * span_s) break;
+    // Growth over a few samples just after the load window's start is the end of the warm-up.
+    if (p[at].seconds - p[w].seconds < 0.05 * span_s) continue;
     const std::size_t before = at - w;
     const std::size_t after = e - at;
-    if (before < 3) continue;  // a sample or two of growth is the end of the warm-up ramp
     const std::size_t mp = noise <= 0.0 ? 1 : std::max<std::size_t>(1, std::min({m, before / 2, after / 2}));
-    const level a = baseline ? *baseline : level_of(p, w, w + std::max<std::size_t>(1, std::min(mp, before)));
-    const level b = level_of(p, at, at + mp);
-    const level z = level_of(p, e - mp, e);
-    const double t_before = b.seconds - a.seconds;
-    const double t_after = z.seconds - b.seconds;
-    if (!(t_before > 0.0) || !(t_after > 0.0)) continue;
-    const double sd = sd_of_median_difference * noise / std::sqrt(static_cast<double>(mp));
-    const double tol = std::max(o.min_growth_mib, o.significance_z * sd);
-    const double grew = b.mib - a.mib;
-    const double flat = z.mib - b.mib;
-    if (grew < tol || std::abs(flat) > tol) continue;
-    const double r_before = grew / t_before;
-    const double r_after = flat / t_after;
-    if (r_after > 0.25 * r_before) continue;
-    const double se = sd * std::sqrt(1.0 / (t_before * t_before) + 1.0 / (t_after * t_after));
-    if (r_before - r_after < o.significance_z * se) continue;
-    // Confirm with a robust slope of the suffix. Each costs a Theil–Sen: after a failure the
-    // search moves on by a twentieth of the window, so there are at most about 20 of them.
-    const slope_estimate s = theil_sen(p.subspan(at, after), o.max_pairs);
-    if (s.mib_per_min > std::max(o.min_rate_mib_per_min, 0.25 * r_before * 60.0)) {
-      at += std::max<std::size_t>(step, n / 20) - step;
+    const level a = baseline ? *baseline : level_of(p, w, w + mp);
+    const level suffix = level_of(p, at, e);
+    const double t_before = suffix.seconds - a.seconds;
+    if (!(t_before > 0.0)) continue;
+    const double sd_grew = 1.2533 * noise * std::sqrt(1.0 / static_cast<double>(mp) + 1.0 / static_cast<double>(after));
+    const double grew = suffix.mib - a.mib;
+    if (grew < std::max(o.min_growth_mib, z * sd_grew)) continue;
+    const double net = level_of(p, e - mp, e).mib - level_of(p, at, at + mp).mib;
+    if (std::abs(net) > std::max(o.min_growth_mib, z * sd_of_median_difference * noise / std::sqrt(static_cast<double>(mp)))) {
       continue;
     }
-    // Without noise the first point of the flat part may lie before the candidate (step > 1).
+    const double r_before = grew / t_before;  // MiB/s, diluted: to the suffix's median time
+    const slope_estimate pre = theil_sen(p.subspan(w, before), screening_pairs);
+    const slope_estimate s = theil_sen(p.subspan(at, after), screening_pairs);
+    const double r_after = s.mib_per_min / 60.0;
+    const double fastest_before = std::max(r_before, pre.mib_per_min / 60.0);
+    if (r_after > std::max(o.min_rate_mib_per_min / 60.0, 0.25 * fastest_before)) continue;
+    // Slower by z standard errors: measured by the net growth, or by the Theil–Sen slopes before
+    // and after (stronger when the growth before is long and noisy).
+    const double se = std::hypot(sd_grew / t_before, s.standard_error() / 60.0);
+    const bool slower_net = r_before - r_after >= z * se;
+    const bool slower_slope = pre.pairs > 0 && s.mib_per_min <= std::max(o.min_rate_mib_per_min, 0.25 * pre.mib_per_min) &&
+                              pre.mib_per_min - s.mib_per_min >= z * std::hypot(pre.standard_error(), s.standard_error());
+    if (!slower_net && !slower_slope) continue;
+    // Without noise the flat part may start before the candidate (when step > 1).
     std::size_t first = at;
     if (noise <= 0.0) {
-      while (first > w + 1 && std::abs(p[first - 1].mib - b.mib) <= o.min_growth_mib) --first;
+      while (first > w + 3 && std::abs(p[first - 1].mib - p[at].mib) <= o.min_growth_mib) --first;
     }
-    return plateau_found{first, r_before, s};
+    const double growth_s = p[first].seconds - a.seconds;
+    return plateau_found{first, growth_s > 0.0 ? (p[first].mib - a.mib) / growth_s : r_before, s};
   }
   return std::nullopt;
 }

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace mgm::telemetry {
@@ -136,13 +137,19 @@ class sim_source final : public source {
       s.memory_total = m.total_bytes;
       s.memory_used = m.used_bytes;
       s.memory_free = m.free_bytes;
+      // Links up: the sum over peers for direct links (DGX-1's cube mesh); behind NVSwitches every
+      // peer shows all of the GPU's links (NV18 to each of 7 peers is 18 links, not 126).
       unsigned links = 0;
+      std::vector<int> per_peer;
       for (int p = 0; p < machine_.device_count(); ++p) {
-        if (p != d && static_cast<std::size_t>(d) < topo.gpus().size() && static_cast<std::size_t>(p) < topo.gpus().size()) {
-          links += static_cast<unsigned>(topo.path(device_id{d}, device_id{p}).nvlinks);
+        if (p != d && static_cast<std::size_t>(std::max(d, p)) < topo.gpus().size()) {
+          per_peer.push_back(topo.path(device_id{d}, device_id{p}).nvlinks);
+          links += static_cast<unsigned>(per_peer.back());
         }
       }
-      s.nvlink_up = links;
+      const bool switched = per_peer.size() > 2 && per_peer.front() > 0 &&
+                            std::all_of(per_peer.begin(), per_peer.end(), [&](int n) { return n == per_peer.front(); });
+      s.nvlink_up = switched ? static_cast<unsigned>(per_peer.front()) : links;
       s.missing.emplace_back("temperature, power, clocks, PCIe, utilisation: not modelled by the simulator");
       out.push_back(std::move(s));
     }

@@ -151,7 +151,9 @@ std::optional<double> get_double(const nlohmann::json& j, const char* key) {
 std::optional<unsigned> get_unsigned(const nlohmann::json& j, const char* key) {
   const auto v = get_double(j, key);
   if (!v) return std::nullopt;
-  if (*v < 0 || *v > std::numeric_limits<unsigned>::max()) throw bad_value{std::string{key} + ": out of range"};
+  if (*v < 0 || *v > 4.3e9 || std::lround(*v) > static_cast<long>(std::numeric_limits<unsigned>::max())) {
+    throw bad_value{std::string{key} + ": out of range"};
+  }
   return static_cast<unsigned>(std::lround(*v));
 }
 

@@ -504,7 +504,7 @@ class row_reader {
   std::optional<unsigned> whole(field f, std::initializer_list<std::string_view> units) {
     const auto v = number(f, units);
     if (!v) return std::nullopt;
-    if (*v < 0 || *v > std::numeric_limits<unsigned>::max()) {
+    if (*v < 0 || *v > 4.3e9 || std::lround(*v) > static_cast<long>(std::numeric_limits<unsigned>::max())) {
       fail("'" + std::string{fields_[column_]} + "' is out of range");
       return std::nullopt;
     }

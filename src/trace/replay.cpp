@@ -42,14 +42,15 @@ run_counts run(const compiled_trace& t, detail::replay_target& target, const std
 struct sim_run {
   sim::machine machine;
   std::vector<stream_ref> streams;
-  explicit sim_run(const compiled_trace& t, std::size_t capacity)
+  sim_run(const compiled_trace& t, std::size_t capacity, const sim::cost_model& costs)
       : machine{std::vector<sim::device_spec>{{"Simulated GPU", capacity, 90, std::nullopt, true}}} {
+    machine.costs() = costs;
     for (const auto s : t.streams) streams.push_back(s == 0 ? machine.default_stream(device_id{0}) : machine.create_stream(device_id{0}));
   }
 };
 
 bool fits(const compiled_trace& t, std::string_view allocator, const replay_options& o, std::size_t capacity) {
-  sim_run r{t, capacity};
+  sim_run r{t, capacity, o.costs};
   try {
     auto target = detail::make_replay_target(allocator, r.machine, device_id{0}, o.pool);
     (void)run(t, *target, r.streams, o.iterations, nullptr, device_id{0});
@@ -121,11 +122,11 @@ replay_result replay_on_sim(const compiled_trace& t, std::string_view allocator,
   // of one event, so time is taken once per batch).
   std::chrono::nanoseconds baseline{0};
   {
-    sim_run n{t, o.capacity_bytes};
+    sim_run n{t, o.capacity_bytes, o.costs};
     auto null = detail::make_replay_target("null", n.machine, device_id{0}, o.pool);
     baseline = run(t, *null, n.streams, o.iterations, nullptr, device_id{0}).elapsed;
   }
-  sim_run s{t, o.capacity_bytes};
+  sim_run s{t, o.capacity_bytes, o.costs};
   {
     auto target = detail::make_replay_target(allocator, s.machine, device_id{0}, o.pool);
     const auto counts = run(t, *target, s.streams, o.iterations, &s.machine, device_id{0});

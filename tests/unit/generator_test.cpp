@@ -254,17 +254,19 @@ TEST_CASE("realdata: a generated ResNet-50 step is close to PyTorch's", "[realda
   const auto real_trace = mgm::read_rmm_csv_file(file.string());
   const auto real = mgm::training_step_stats(real_trace, real_trace.events.front().bytes);
   REQUIRE(real.size() == 6);
-  for (const auto& s : real) {  // what ../shared/data/README.md says of it
-    REQUIRE(s.allocations == 685);
-    REQUIRE(s.allocated_bytes == 10'614'918'656);
-    REQUIRE(s.peak_bytes == 2'791'636'480);
+  for (std::size_t i = 1; i < real.size(); ++i) {  // what ../shared/data/README.md says of it
+    // (The first step lacks the frees of the previous step's loop references: it is left out.)
+    REQUIRE(real[i].allocations == 685);
+    REQUIRE(real[i].frees == 685);
+    REQUIRE(real[i].allocated_bytes == 10'614'918'656);
+    REQUIRE(real[i].peak_bytes == 2'791'636'480);
   }
   const auto table = mgm::builtin_layer_table("resnet50");
   const auto o = options(32, mgm::training_dtype::fp32, 2, false);
   const auto generated = mgm::training_step_stats(mgm::generate_training_trace(table, o), mgm::training_input_bytes(table, o));
   REQUIRE(generated.size() == 2);
   const auto& g = generated.back();
-  const auto& r = real.front();
+  const auto& r = real.back();
   const auto diff = [](std::size_t a, std::size_t b) { return (static_cast<double>(a) - static_cast<double>(b)) / static_cast<double>(b); };
   const double d_alloc = diff(g.allocations, r.allocations);
   const double d_bytes = diff(g.allocated_bytes, r.allocated_bytes);

@@ -247,7 +247,7 @@ TEST_CASE("sim source: memory as the simulator accounts it, NVLinks, pool figure
   CHECK(d3.pool_allocated == std::uint64_t{64} << 20);
   CHECK(d3.pool_reserved >= std::uint64_t{64} << 20);
   CHECK_FALSE(batch[0].pool_reserved.has_value());
-  CHECK(batch[0].nvlink_up == 7U * 18U);  // NV18 to each of 7 peers
+  CHECK(batch[0].nvlink_up == 18U);  // NV18 to each of 7 peers, through NVSwitches: 18 links
   pool.deallocate(p, 64 << 20);
 }
 

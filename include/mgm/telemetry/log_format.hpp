@@ -85,6 +85,8 @@ enum class log_format : std::uint8_t { unknown, smi_csv, gpuz, jsonl };
 /// @brief Reads an smi CSV: `--query-gpu` (format "nvidia-smi-csv", or "mgm-csv" when it has
 /// `mgm.*` columns) or `--query-compute-apps` (rows go to `gpu_log::process_rows`).
 ///
+/// - Fields are split at every comma and trimmed; nvidia-smi never quotes, so neither do we (a
+///   process name with a comma makes its line an issue: one field too many).
 /// - Everything before the header line (the first line of at least two comma-separated names,
 ///   none a number, one a known column) is skipped and not counted as issues. A later line of
 ///   that shape starts a new header (logs appended by several runs).

@@ -5,6 +5,7 @@
 
 #include <mgm/device.hpp>
 #include <mgm/pool/pool_options.hpp>
+#include <mgm/sim/cost_model.hpp>
 #include <mgm/trace/trace.hpp>
 
 #include <cstddef>
@@ -54,6 +55,7 @@ struct replay_options {
   bool fit{false};
   std::size_t capacity_bytes{std::size_t{80} << 30};  ///< the simulated device's memory
   pool_options pool{};                                 ///< for the `pool` allocator
+  sim::cost_model costs{};                             ///< the simulated driver's call costs (`{0, 0, 0, 0}`: none)
 };
 
 /// @brief The allocators a trace can be replayed through on the simulator: `pool` (our caching

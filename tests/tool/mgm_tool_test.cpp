@@ -1,0 +1,295 @@
+// The `mgm` binary end to end: each command's output and exit code, on the simulator, on the fake
+// NVML and on the real files of ../shared/data.
+#include <mgm/telemetry/log_format.hpp>
+#include <mgm/topology/topology.hpp>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+namespace tel = mgm::telemetry;
+
+namespace {
+
+struct result {
+  int rc{-1};
+  std::string out;
+  std::string err;
+};
+
+fs::path scratch() {
+  auto d = fs::temp_directory_path() / ("mgm_tool_test_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in{p, std::ios::binary};
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `mgm ARGS` through the shell (arguments are quoted by the caller where needed), with
+// `env` prepended (VAR=value ...) and NVML pointed nowhere unless `env` says otherwise.
+result run_mgm(const std::string& args, const std::string& env = "") {
+  const auto dir = scratch();
+  const auto out = dir / "stdout", err = dir / "stderr";
+  const std::string cmd = "env MGM_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 " + env + " '" + MGM_TOOL + "' " + args +
+                          " >'" + out.string() + "' 2>'" + err.string() + "' </dev/null";
+  const int status = std::system(cmd.c_str());
+  result r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+const char* shared_data() { return std::getenv("MGM_SHARED_DATA"); }
+
+bool have_data(const char* sub) {
+  const char* d = shared_data();
+  if (d == nullptr || !fs::exists(fs::path{d} / sub)) {
+    std::printf("MGM_SKIP: %s not found\n", sub);
+    return false;
+  }
+  return true;
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+const std::string tiny_trace = "Thread,Time,Action,Pointer,Size,Stream\n"
+                               "1,00:00:00.000001,allocate,0x1000,1048576,0x0\n"
+                               "1,00:00:00.000002,allocate,0x2000,4194304,0x0\n"
+                               "1,00:00:00.000003,free,0x1000,1048576,0x0\n"
+                               "1,00:00:00.000004,allocate,0x3000,524288,0x0\n"
+                               "1,00:00:00.000005,free,0x3000,524288,0x0\n"
+                               "1,00:00:00.000006,free,0x2000,4194304,0x0\n";
+
+}  // namespace
+
+TEST_CASE("mgm: version, help with an example for every command, usage errors exit 1", "[tool]") {
+  const auto v = run_mgm("--version");
+  CHECK(v.rc == 0);
+  CHECK(v.out.find("mgm 0.") != std::string::npos);
+  for (const char* c : {"status", "log", "topo", "plan", "leak", "plot", "replay"}) {
+    const auto h = run_mgm(std::string{c} + " --help");
+    INFO(c);
+    CHECK(h.rc == 0);
+    CHECK(h.out.find("Example: mgm") != std::string::npos);
+  }
+  CHECK(run_mgm("").rc == 1);
+  const auto unknown = run_mgm("frobnicate");
+  CHECK(unknown.rc == 1);
+  CHECK(run_mgm("log --interval 5s").rc == 1);  // -o is required
+  CHECK(run_mgm("replay x.csv --allocator nonsense").rc == 1);
+}
+
+TEST_CASE("mgm status: without a GPU or --sim it says so and exits 3", "[tool]") {
+  const auto r = run_mgm("status");
+  CHECK(r.rc == 3);
+  CHECK(r.err.find("no GPU can be used") != std::string::npos);
+  CHECK(r.err.find("--sim") != std::string::npos);
+  CHECK(run_mgm("topo").rc == 3);
+  CHECK(run_mgm("plan --items 10 --bytes-per-item 1MiB").rc == 3);
+}
+
+TEST_CASE("mgm status on the simulated DGX H100: 8 H100s", "[tool]") {
+  const auto r = run_mgm("--sim dgx-h100 status");
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("8 GPUs (sim:dgx-h100)") != std::string::npos);
+  CHECK(count(r.out, "NVIDIA H100 80GB HBM3") == 8);
+  const auto j = run_mgm("--sim dgx-h100 --json status");
+  REQUIRE(j.rc == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  REQUIRE(doc["devices"].size() == 8);
+  CHECK(doc["devices"][7]["name"] == "NVIDIA H100 80GB HBM3");
+  CHECK(doc["devices"][0]["memory.total"].get<double>() > 80000.0);  // MiB
+  const auto bad = run_mgm("--sim no-such-machine status");
+  CHECK(bad.rc == 2);
+  CHECK(bad.err.find("no-such-machine") != std::string::npos);
+}
+
+TEST_CASE("mgm status over NVML (the fake): every metric and the top processes", "[tool]") {
+  const auto cfg = scratch() / "nvml.json";
+  std::ofstream{cfg} << R"({"devices": [
+    {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-11111111-2222-3333-4444-555555555555", "pci_bus_id": "00000000:07:00.0",
+     "memory": {"total": 85899345920, "reserved": 536870912, "used": 10737418240}, "temperature": 44, "power_mw": 250000,
+     "power_limit_mw": 400000, "clock_sm": 1410, "clock_mem": 1593, "pcie_gen": 4, "pcie_width": 16,
+     "nvlinks": [1,1,1,1,1,1,1,1,1,1,1,1], "utilization": [91, 40],
+     "processes": [{"pid": 777, "name": "train.py", "used": 10000000000}]}]})";
+  const std::string env = "MGM_NVML_LIBRARY='" + std::string{MGM_FAKE_NVML_CURRENT} + "' MGM_FAKE_NVML_CONFIG='" + cfg.string() + "'";
+  const auto r = run_mgm("status", env);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("1 GPU (nvml)") != std::string::npos);
+  CHECK(r.out.find("NVIDIA A100-SXM4-80GB") != std::string::npos);
+  CHECK(r.out.find("44C") != std::string::npos);
+  CHECK(r.out.find("250/400") != std::string::npos);
+  CHECK(r.out.find("1410/1593") != std::string::npos);
+  CHECK(r.out.find("gen4 x16") != std::string::npos);
+  CHECK(r.out.find("train.py(777) 9.31 GiB") != std::string::npos);
+}
+
+TEST_CASE("mgm topo --file reproduces every real matrix", "[tool][realdata]") {
+  if (!have_data("topologies")) return;
+  std::size_t files = 0;
+  for (const auto& e : fs::directory_iterator{fs::path{shared_data()} / "topologies"}) {
+    if (!e.is_regular_file()) continue;
+    INFO(e.path().string());
+    const auto original = mgm::parse_smi_topology(slurp(e.path()));
+    const auto r = run_mgm("topo --file '" + e.path().string() + "'");
+    REQUIRE(r.rc == 0);
+    const auto printed = mgm::parse_smi_topology(r.out);
+    REQUIRE(printed.gpu_count() == original.gpu_count());
+    for (int a = 0; a < static_cast<int>(original.gpu_count()); ++a) {
+      CHECK(printed.gpus()[static_cast<std::size_t>(a)].cpu_affinity == original.gpus()[static_cast<std::size_t>(a)].cpu_affinity);
+      for (int b = 0; b < static_cast<int>(original.gpu_count()); ++b) {
+        CHECK(printed.path(mgm::device_id{a}, mgm::device_id{b}).label() ==
+              original.path(mgm::device_id{a}, mgm::device_id{b}).label());
+      }
+    }
+    ++files;
+  }
+  CHECK(files == 11);
+  // NCCL XML too, and bandwidths on request.
+  for (const auto& e : fs::directory_iterator{fs::path{shared_data()} / "topologies" / "nccl-xml"}) {
+    INFO(e.path().string());
+    const auto r = run_mgm("topo --bandwidth --file '" + e.path().string() + "'");
+    CHECK(r.rc == 0);
+    CHECK(r.out.find("GPU0") != std::string::npos);
+  }
+  const auto bad = run_mgm("topo --file /nonexistent/topo.txt");
+  CHECK(bad.rc == 2);
+  CHECK(bad.err.find("cannot read /nonexistent/topo.txt") != std::string::npos);
+}
+
+TEST_CASE("mgm log writes files the readers read back, in each format", "[tool]") {
+  const auto dir = scratch();
+  const auto csv = dir / "log.csv", procs = dir / "procs.csv";
+  const auto r = run_mgm("--sim 2x8GiB log -o '" + csv.string() + "' --interval 20ms --count 3 --processes '" + procs.string() + "'");
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("3 samples written") != std::string::npos);
+  const auto log = tel::read_gpu_log_file(csv, {});
+  CHECK(log.issues.empty());
+  CHECK(log.samples.size() == 6);
+  CHECK(log.samples[1].index == 1);
+  CHECK(log.samples[5].memory_total == std::uint64_t{8} << 30);
+  CHECK(fs::exists(procs));
+
+  const auto jl = dir / "log.jsonl";
+  REQUIRE(run_mgm("--sim 2x8GiB log -o '" + jl.string() + "' --format jsonl --interval 10ms --duration 0.05s").rc == 0);
+  const auto jlog = tel::read_gpu_log_file(jl, {});
+  CHECK(jlog.format == "jsonl");
+  CHECK(jlog.samples.size() >= 2);
+  CHECK(jlog.samples.size() % 2 == 0);
+
+  const auto prom = dir / "gpus.prom";
+  REQUIRE(run_mgm("--sim dgx-a100 log -o '" + prom.string() + "' --format prom --interval 10ms --count 2").rc == 0);
+  const auto text = slurp(prom);
+  CHECK(text.find("# TYPE mgm_gpu_memory_total_bytes gauge") != std::string::npos);
+  CHECK(count(text, "mgm_gpu_memory_total_bytes{") == 8);
+
+  CHECK(run_mgm("--sim 2x8GiB log -o '" + csv.string() + "' --interval banana --count 1").rc == 2);
+  const auto unwritable = run_mgm("--sim 2x8GiB log -o /nonexistent/dir/log.csv --count 1");
+  CHECK(unwritable.rc == 2);
+  CHECK(unwritable.err.find("/nonexistent/dir/log.csv") != std::string::npos);
+}
+
+TEST_CASE("mgm leak and mgm plot on real logs", "[tool][realdata]") {
+  if (!have_data("nvidia-smi")) return;
+  const auto smi = fs::path{shared_data()} / "nvidia-smi";
+  const auto step = run_mgm("--json leak '" + (smi / "csv_rtx_24576mib_60s_stepwise_growth_rckola_076d3d9.csv").string() + "'");
+  REQUIRE(step.rc == 0);
+  const auto s = nlohmann::json::parse(step.out);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0]["verdict"] == "leak");
+  CHECK(s[0]["rate_mib_per_min"].get<double>() > 0.0);
+  const auto plateau = run_mgm("leak '" + (smi / "csv_rtx_24564mib_60s_warmup_plateau_rckola_e21ca9c.csv").string() + "'");
+  REQUIRE(plateau.rc == 0);
+  CHECK(plateau.out.find(" leak ") == std::string::npos);
+  CHECK(run_mgm("leak '" + (smi / "csv_rtx_24564mib_60s_warmup_plateau_rckola_e21ca9c.csv").string() + "' --baseline 10m:5m").rc == 2);
+
+  const auto dir = scratch();
+  const auto svg1 = dir / "one.svg", svg2 = dir / "two.svg";
+  REQUIRE(run_mgm("plot '" + (smi / "csv_rtx_24576mib_60s_stepwise_growth_rckola_076d3d9.csv").string() + "' -o '" + svg1.string() + "'").rc == 0);
+  REQUIRE(run_mgm("plot '" + (smi / "csv_rtx4090_rtx4080_2gpu_30s_nounits_baikal.csv").string() + "' -o '" + svg2.string() + "'").rc == 0);
+  CHECK(count(slurp(svg1), "<polyline class=\"gpu\"") == 1);
+  CHECK(count(slurp(svg1), "<line class=\"fit\"") == 1);
+  CHECK(count(slurp(svg2), "<polyline class=\"gpu\"") == 2);
+  if (std::system("command -v xmllint >/dev/null 2>&1") == 0) {
+    CHECK(std::system(("xmllint --noout '" + svg1.string() + "' '" + svg2.string() + "'").c_str()) == 0);
+  }
+  const auto missing = run_mgm("leak /nonexistent/gpus.csv");
+  CHECK(missing.rc == 2);
+  CHECK(missing.err.find("/nonexistent/gpus.csv") != std::string::npos);
+}
+
+TEST_CASE("mgm plan: counts add up, spill order per GPU", "[tool]") {
+  const auto r = run_mgm("--sim pcie-4gpu-mixed --json plan --items 50000 --bytes-per-item 1MiB --reserve 2GiB");
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["gpus"].size() == 4);
+  std::size_t sum = 0;
+  for (const auto& g : j["gpus"]) {
+    sum += g["items"].get<std::size_t>();
+    CHECK_FALSE(g["spill_order"].empty());
+  }
+  CHECK(sum == 50000);
+  const auto table = run_mgm("--sim dgx-h100 plan --items 1000 --bytes-per-item 64MiB --policy equal");
+  REQUIRE(table.rc == 0);
+  CHECK(table.out.find("Total 1000 items") != std::string::npos);
+  CHECK(table.out.find("NV18") != std::string::npos);  // the first spill target of every H100 is a peer
+  const auto too_much = run_mgm("--sim 2x8GiB plan --items 100 --bytes-per-item 1GiB");
+  CHECK(too_much.rc == 2);
+  CHECK(too_much.err.find("do not fit") != std::string::npos);
+  CHECK(run_mgm("--sim 2x8GiB plan --items 10 --bytes-per-item lots").rc == 2);
+}
+
+TEST_CASE("mgm replay: replay_result JSON, devices in parallel, async needs a GPU", "[tool]") {
+  const auto trace = scratch() / "tiny.rmm_log.csv";
+  std::ofstream{trace} << tiny_trace;
+  const auto r = run_mgm("--sim 2x8GiB --json replay '" + trace.string() + "' --allocator pool,direct --devices 2 --iterations 2 --fit");
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["results"].size() == 4);  // 2 allocators x 2 devices
+  for (const char* field : {"trace", "allocator", "device", "iterations", "events", "host_ns_per_event", "events_per_second",
+                            "upstream_allocations", "upstream_frees", "upstream_calls_after_first_iteration", "peak_live_bytes",
+                            "peak_reserved_bytes", "reserved_over_live", "fit", "modelled_upstream_seconds"}) {
+    INFO(field);
+    CHECK(j["results"][0].contains(field));
+  }
+  CHECK(j["results"][1]["device"] == 1);
+  CHECK(j["results"][0]["peak_live_bytes"] == 5242880);
+  CHECK_FALSE(j["results"][0]["fit"].is_null());
+  CHECK(j["data_parallel"].size() == 2);
+  CHECK(j["data_parallel"][0]["devices"] == 2);
+
+  const auto table = run_mgm("replay '" + trace.string() + "' --allocator cub --cost-model none");
+  REQUIRE(table.rc == 0);
+  CHECK(table.out.find("tiny.rmm_log.csv") != std::string::npos);
+
+  const auto async = run_mgm("--sim 2x8GiB replay '" + trace.string() + "' --allocator async");
+  CHECK(async.rc == 2);
+  CHECK(async.err.find("needs a GPU") != std::string::npos);
+  const auto too_many = run_mgm("--sim dgx-h100 replay '" + trace.string() + "' --devices 9");
+  CHECK(too_many.rc == 2);
+  CHECK(too_many.err.find("the machine has 8 GPUs") != std::string::npos);
+  const auto bad_file = scratch() / "bad.csv";
+  std::ofstream{bad_file} << "Thread,Time,Action,Pointer,Size,Stream\n1,00:00:00.1,allocate,0x1,notasize,0x0\n";
+  const auto bad = run_mgm("replay '" + bad_file.string() + "'");
+  CHECK(bad.rc == 2);
+  CHECK(bad.err.find("bad.csv:2") != std::string::npos);
+}

@@ -1,0 +1,312 @@
+// mgm leak, mgm plot: verdicts on a GPU log, and a timeline of memory with the fitted slope.
+#include "mgm_tool.hpp"
+
+#include <mgm/error.hpp>
+#include <mgm/telemetry/leak_analysis.hpp>
+#include <mgm/telemetry/log_format.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace mgm_tool {
+
+namespace tel = mgm::telemetry;
+
+namespace {
+
+struct log_options {
+  std::string interval{"1s"};
+  bool strict{false};
+  std::vector<std::string> columns;
+};
+
+void add_log_options(CLI::App* cmd, log_options& o) {
+  cmd->add_option("--interval", o.interval, "Time between rows of one GPU, for logs without timestamps")->capture_default_str();
+  cmd->add_flag("--strict", o.strict, "Stop at the first line that cannot be read (default: skip it and say so)");
+  cmd->add_option("--columns", o.columns, "Column names of a CSV without a header (noheader), comma-separated")->delimiter(',');
+}
+
+tel::gpu_log read_log(const std::string& path, const log_options& o) {
+  tel::log_read_options ro;
+  ro.strict = o.strict;
+  ro.assumed_interval = parse_duration(o.interval);
+  ro.columns = o.columns;
+  try {
+    return tel::read_gpu_log_file(path, ro);
+  } catch (const mgm::parse_error& e) {
+    throw tool_error{exit_bad_input, path + ":" + std::to_string(e.line()) + ": " + e.what()};
+  } catch (const mgm::logic_error& e) {
+    throw tool_error{exit_bad_input, e.what()};
+  }
+}
+
+void report_issues(const std::string& path, const tel::gpu_log& log) {
+  if (log.issues.empty()) return;
+  std::fprintf(stderr, "mgm: %s: %zu line%s skipped", path.c_str(), log.issues.size(), log.issues.size() == 1 ? "" : "s");
+  for (std::size_t i = 0; i < log.issues.size() && i < 3; ++i) {
+    std::fprintf(stderr, "%s line %zu: %s", i == 0 ? ":" : ";", log.issues[i].line, log.issues[i].message.c_str());
+  }
+  std::fprintf(stderr, "%s\n", log.issues.size() > 3 ? "; ..." : "");
+}
+
+tel::leak_options leak_options_from(const std::string& baseline) {
+  tel::leak_options lo;
+  if (baseline.empty()) return lo;
+  const auto colon = baseline.find(':');
+  if (colon == std::string::npos) {
+    throw tool_error{exit_bad_input, "--baseline '" + baseline + "': write START:END, times from the log's start (0:10m)"};
+  }
+  const double start = parse_duration(baseline.substr(0, colon)).count();
+  const double end = parse_duration(baseline.substr(colon + 1)).count();
+  if (end <= start) throw tool_error{exit_bad_input, "--baseline '" + baseline + "': END must come after START"};
+  lo.baseline = tel::time_window{start, end};
+  return lo;
+}
+
+std::string who(const tel::gpu_leak_report& g) {
+  std::string s = "GPU" + std::to_string(g.index);
+  if (!g.name.empty()) s += " " + g.name;
+  if (g.pid) s += " pid " + std::to_string(*g.pid) + (g.process_name.empty() ? "" : " (" + g.process_name + ")");
+  return s;
+}
+
+// ---- the timeline chart ----
+
+std::string escape_xml(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// Round steps for an axis: 1, 2, 5 x 10^k, about `n` of them.
+double nice_step(double span, int n) {
+  if (span <= 0) return 1;
+  const double raw = span / n;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (raw <= m * mag) return m * mag;
+  }
+  return 10 * mag;
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+std::string svg_timeline(const std::string& title, const tel::gpu_log& log, const std::vector<tel::gpu_leak_report>& reports) {
+  // One series per GPU: seconds since the first reading, memory used in MiB.
+  struct series {
+    std::string label;
+    std::vector<std::pair<double, double>> points;
+    const tel::gpu_leak_report* report{nullptr};
+  };
+  std::vector<series> all;
+  std::map<std::string, std::size_t> by_key;
+  const auto origin = log.samples.empty() ? tel::clock::time_point{} : log.samples.front().time;
+  auto first = origin;
+  for (const auto& s : log.samples) first = std::min(first, s.time);
+  for (const auto& s : log.samples) {
+    auto [it, added] = by_key.emplace(s.key(), all.size());
+    if (added) all.push_back({"GPU" + std::to_string(s.index) + (s.name.empty() ? "" : " " + s.name), {}, nullptr});
+    if (!s.memory_used) continue;
+    all[it->second].points.emplace_back(std::chrono::duration<double>(s.time - first).count(),
+                                        static_cast<double>(*s.memory_used) / (1024.0 * 1024.0));
+  }
+  for (const auto& r : reports) {
+    if (r.pid) continue;
+    if (auto it = by_key.find(r.gpu_key); it != by_key.end()) all[it->second].report = &r;
+  }
+  double t_max = 1, m_max = 1;
+  for (const auto& s : all) {
+    for (const auto& [t, m] : s.points) {
+      t_max = std::max(t_max, t);
+      m_max = std::max(m_max, m);
+    }
+  }
+  const bool minutes = t_max >= 600;
+  const double t_unit = minutes ? 60.0 : 1.0;
+  const double mem_unit = m_max >= 4096 ? 1024.0 : 1.0;
+  const char* mem_label = mem_unit > 1 ? "GiB" : "MiB";
+
+  const double W = 960, H = 540, L = 80, R = 250, T = 56, B = 64;
+  const double pw = W - L - R, ph = H - T - B;
+  const double t_step = nice_step(t_max / t_unit, 8), m_step = nice_step(m_max / mem_unit, 6);
+  const double t_top = std::ceil(t_max / t_unit / t_step) * t_step, m_top = std::ceil(m_max / mem_unit / m_step) * m_step;
+  auto x = [&](double t) { return L + pw * (t / t_unit) / t_top; };
+  auto y = [&](double mib) { return T + ph * (1.0 - (mib / mem_unit) / m_top); };
+  // Okabe-Ito: distinguishable with every common colour-vision deficiency.
+  static const char* palette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"};
+
+  std::ostringstream o;
+  o << R"(<?xml version="1.0" encoding="UTF-8"?>)" << '\n'
+    << R"(<svg xmlns="http://www.w3.org/2000/svg" width=")" << W << R"(" height=")" << H << R"(" viewBox="0 0 )" << W << ' ' << H
+    << R"(" font-family="Helvetica, Arial, sans-serif" font-size="12">)" << '\n'
+    << "<title>" << escape_xml(title) << "</title>\n"
+    << R"(<rect width="100%" height="100%" fill="white"/>)" << '\n'
+    << R"(<text x=")" << L << R"(" y="28" font-size="16" font-weight="bold">)" << escape_xml(title) << "</text>\n";
+  // Grid and ticks.
+  for (double v = 0; v <= m_top + 1e-9; v += m_step) {
+    o << R"(<line x1=")" << L << R"(" x2=")" << L + pw << R"(" y1=")" << num(y(v * mem_unit)) << R"(" y2=")" << num(y(v * mem_unit))
+      << R"(" stroke="#e5e5e5"/>)" << '\n'
+      << R"(<text x=")" << L - 8 << R"(" y=")" << num(y(v * mem_unit) + 4) << R"(" text-anchor="end" fill="#444">)" << v << "</text>\n";
+  }
+  for (double v = 0; v <= t_top + 1e-9; v += t_step) {
+    o << R"(<line x1=")" << num(x(v * t_unit)) << R"(" x2=")" << num(x(v * t_unit)) << R"(" y1=")" << T << R"(" y2=")" << T + ph
+      << R"(" stroke="#f0f0f0"/>)" << '\n'
+      << R"(<text x=")" << num(x(v * t_unit)) << R"(" y=")" << T + ph + 18 << R"(" text-anchor="middle" fill="#444">)" << v
+      << "</text>\n";
+  }
+  o << R"(<line x1=")" << L << R"(" x2=")" << L << R"(" y1=")" << T << R"(" y2=")" << T + ph << R"(" stroke="#333"/>)" << '\n'
+    << R"(<line x1=")" << L << R"(" x2=")" << L + pw << R"(" y1=")" << T + ph << R"(" y2=")" << T + ph << R"(" stroke="#333"/>)" << '\n'
+    << R"(<text x=")" << L + pw / 2 << R"(" y=")" << H - 20 << R"(" text-anchor="middle">)"
+    << (log.has_timestamps ? "" : "rows x interval, ") << (minutes ? "minutes" : "seconds") << " since the first reading</text>\n"
+    << "<text transform=\"translate(22 " << T + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">memory used ("
+    << mem_label << ")</text>\n";
+  // Series, their fitted slopes, and the legend.
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto& s = all[i];
+    const char* colour = palette[i % 8];
+    // At most ~2 points per pixel column: keep each bucket's first, min and max.
+    std::vector<std::pair<double, double>> pts;
+    const std::size_t buckets = 1600;
+    if (s.points.size() <= buckets * 2) {
+      pts = s.points;
+    } else {
+      std::size_t b0 = 0;
+      for (std::size_t k = 0; k < buckets; ++k) {
+        const std::size_t b1 = s.points.size() * (k + 1) / buckets;
+        auto [lo, hi] = std::minmax_element(s.points.begin() + static_cast<std::ptrdiff_t>(b0), s.points.begin() + static_cast<std::ptrdiff_t>(b1),
+                                            [](const auto& a, const auto& b) { return a.second < b.second; });
+        if (lo->first <= hi->first) {
+          pts.push_back(*lo);
+          if (hi != lo) pts.push_back(*hi);
+        } else {
+          pts.push_back(*hi);
+          pts.push_back(*lo);
+        }
+        b0 = b1;
+      }
+    }
+    o << R"(<polyline class="gpu" data-gpu=")" << escape_xml(s.label) << R"(" fill="none" stroke=")" << colour
+      << R"(" stroke-width="1.6" stroke-linejoin="round" points=")";
+    for (const auto& [t, m] : pts) o << num(x(t)) << ',' << num(y(m)) << ' ';
+    o << "\"/>\n";
+    std::string legend = s.label;
+    if (s.report != nullptr) {
+      const auto& rep = s.report->report;
+      legend += " - " + std::string{tel::to_string(rep.verdict)};
+      if (rep.verdict == tel::leak_verdict::leak || rep.verdict == tel::leak_verdict::growth_then_plateau) {
+        char rate[48];
+        std::snprintf(rate, sizeof rate, " %.1f MiB/min", rep.rate_mib_per_min);
+        legend += rate;
+      }
+      if (!rep.runs.empty() && rep.deciding_run < rep.runs.size()) {
+        const auto& run = rep.runs[rep.deciding_run];
+        const double t0 = run.load_start_seconds, t1 = run.plateau_start_seconds.value_or(run.end_seconds);
+        const double m0 = run.start_level_mib, m1 = m0 + run.slope.mib_per_min * (t1 - t0) / 60.0;
+        if (t1 > t0) {
+          o << R"(<line class="fit" x1=")" << num(x(t0)) << R"(" y1=")" << num(y(m0)) << R"(" x2=")" << num(x(t1)) << R"(" y2=")"
+            << num(y(m1)) << R"(" stroke=")" << colour << R"(" stroke-width="2.4" stroke-dasharray="7 4" opacity="0.85"/>)" << '\n';
+        }
+      }
+    }
+    const double ly = T + 10 + 36.0 * static_cast<double>(i);
+    o << R"(<line x1=")" << L + pw + 16 << R"(" x2=")" << L + pw + 40 << R"(" y1=")" << ly << R"(" y2=")" << ly << R"(" stroke=")"
+      << colour << R"(" stroke-width="3"/>)" << '\n'
+      << R"(<text x=")" << L + pw + 46 << R"(" y=")" << ly + 4 << R"(">)" << escape_xml(legend.substr(0, 36)) << "</text>\n";
+    if (legend.size() > 36) {
+      o << R"(<text x=")" << L + pw + 46 << R"(" y=")" << ly + 18 << R"(" fill="#444">)" << escape_xml(legend.substr(36, 36)) << "</text>\n";
+    }
+  }
+  o << R"(<text x=")" << L + pw + 16 << R"(" y=")" << T + ph << R"(" fill="#666">dashed: fitted slope (Theil-Sen)</text>)" << '\n'
+    << "</svg>\n";
+  return o.str();
+}
+
+}  // namespace
+
+void add_leak(CLI::App& app, context& ctx) {
+  auto* cmd = app.add_subcommand("leak", "Leak verdicts per GPU (and per process) from a log: ours, nvidia-smi CSV or GPU-Z");
+  auto file = std::make_shared<std::string>();
+  auto baseline = std::make_shared<std::string>();
+  auto lo = std::make_shared<log_options>();
+  cmd->add_option("file", *file, "The log")->required();
+  cmd->add_option("--baseline", *baseline, "The window of normal use, times from the log's start: 0:10m");
+  add_log_options(cmd, *lo);
+  cmd->footer("Example: mgm leak gpus.csv --baseline 5m:15m");
+  cmd->callback([&ctx, file, baseline, lo] {
+    const auto log = read_log(*file, *lo);
+    report_issues(*file, log);
+    const auto reports = tel::analyse_log(log, leak_options_from(*baseline));
+    if (ctx.json) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& g : reports) {
+        nlohmann::json j{{"gpu", g.index}, {"key", g.gpu_key}, {"name", g.name}, {"verdict", tel::to_string(g.report.verdict)},
+                         {"rate_mib_per_min", g.report.rate_mib_per_min}, {"confidence", g.report.confidence},
+                         {"explanation", g.report.explanation}, {"samples", g.samples},
+                         {"restart_seconds", g.report.restart_seconds}};
+        if (g.pid) {
+          j["pid"] = *g.pid;
+          j["process_name"] = g.process_name;
+        }
+        out.push_back(j);
+      }
+      std::printf("%s\n", out.dump(2).c_str());
+      return;
+    }
+    std::printf("%s: %s, %zu readings%s\n\n", file->c_str(), log.format.c_str(), log.samples.size(),
+                log.has_timestamps ? "" : " (no timestamps: rows taken --interval apart)");
+    std::printf("%-40s %-20s %13s %6s  %s\n", "GPU", "VERDICT", "RATE MiB/min", "CONF", "WHY");
+    for (const auto& g : reports) {
+      std::printf("%-40.40s %-20s %13.1f %6.2f  %s\n", who(g).c_str(), tel::to_string(g.report.verdict),
+                  g.report.rate_mib_per_min, g.report.confidence, g.report.explanation.c_str());
+    }
+  });
+}
+
+void add_plot(CLI::App& app, context& ctx) {
+  auto* cmd = app.add_subcommand("plot", "Memory over time per GPU, with the fitted slope, as an SVG chart");
+  auto file = std::make_shared<std::string>();
+  auto output = std::make_shared<std::string>();
+  auto title = std::make_shared<std::string>();
+  auto lo = std::make_shared<log_options>();
+  cmd->add_option("file", *file, "The log")->required();
+  cmd->add_option("-o,--output", *output, "The SVG file to write")->required();
+  cmd->add_option("--title", *title, "The chart's title (default: the log's name)");
+  add_log_options(cmd, *lo);
+  cmd->footer("Example: mgm plot gpus.csv -o timeline.svg");
+  cmd->callback([&ctx, file, output, title, lo] {
+    const auto log = read_log(*file, *lo);
+    report_issues(*file, log);
+    if (log.samples.empty()) throw tool_error{exit_bad_input, *file + ": no readings to plot"};
+    const auto reports = tel::analyse_log(log);
+    const std::string t = title->empty() ? "GPU memory: " + std::filesystem::path{*file}.filename().string() : *title;
+    std::ofstream out{*output, std::ios::trunc};
+    out << svg_timeline(t, log, reports);
+    if (!out) throw tool_error{exit_bad_input, "cannot write " + *output};
+    if (ctx.json) {
+      std::printf("{\"output\": %s, \"gpus\": %zu}\n", nlohmann::json(*output).dump().c_str(),
+                  static_cast<std::size_t>(std::count_if(reports.begin(), reports.end(), [](const auto& r) { return !r.pid; })));
+    } else {
+      std::printf("wrote %s\n", output->c_str());
+    }
+  });
+}
+
+}  // namespace mgm_tool

@@ -1,0 +1,208 @@
+// mgm status, mgm log: every GPU side by side now, or at an interval into a file.
+#include "mgm_tool.hpp"
+
+#include <mgm/bytes.hpp>
+#include <mgm/telemetry/log_format.hpp>
+#include <mgm/telemetry/source.hpp>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+namespace mgm_tool {
+
+namespace tel = mgm::telemetry;
+
+namespace {
+
+// The source for the machine the options name; the simulated machine is kept alive by `holder`.
+std::unique_ptr<tel::source> open_source(const context& ctx, std::optional<mgm::sim::machine>& holder) {
+  if (ctx.simulated()) {
+    holder.emplace(make_sim_machine(ctx.sim));
+    return tel::make_sim_source(*holder);
+  }
+  std::string why;
+  auto src = tel::make_system_source(&why);
+  if (!src) no_gpu(why);
+  return src;
+}
+
+std::string opt_number(const std::optional<double>& v, const char* fmt) {
+  if (!v) return "--";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, fmt, *v);
+  return buf;
+}
+template <class T>
+std::string opt_uint(const std::optional<T>& v) {
+  return v ? std::to_string(*v) : std::string{"--"};
+}
+
+std::string top_processes(const tel::device_sample& s, std::size_t n) {
+  auto procs = s.processes;
+  std::sort(procs.begin(), procs.end(),
+            [](const auto& a, const auto& b) { return a.used_bytes.value_or(0) > b.used_bytes.value_or(0); });
+  std::string out;
+  for (std::size_t i = 0; i < procs.size() && i < n; ++i) {
+    if (!out.empty()) out += ", ";
+    out += (procs[i].name.empty() ? std::string{"?"} : procs[i].name) + "(" + std::to_string(procs[i].pid) + ") " +
+           size_or_dash(procs[i].used_bytes);
+  }
+  if (procs.size() > n) out += ", +" + std::to_string(procs.size() - n) + " more";
+  return out.empty() ? "--" : out;
+}
+
+void print_status(const std::string& source_name, const std::vector<tel::device_sample>& batch) {
+  std::printf("%zu GPU%s (%s)\n\n", batch.size(), batch.size() == 1 ? "" : "s", source_name.c_str());
+  std::printf("%-3s %-24s %10s %10s %10s %9s %21s %5s %15s %11s %8s %6s  %s\n", "GPU", "NAME", "TOTAL", "USED", "FREE",
+              "RESERVED", "POOLS ALLOC/RESERVED", "TEMP", "POWER/LIMIT W", "SM/MEM MHz", "PCIE", "NVLINK",
+              "TOP PROCESSES");
+  for (const auto& s : batch) {
+    const std::string pools = s.pool_reserved ? size_or_dash(s.pool_allocated) + " / " + size_or_dash(s.pool_reserved) : "--";
+    const std::string power = opt_number(s.power_draw_w, "%.0f") + "/" + opt_number(s.power_limit_w, "%.0f");
+    const std::string clocks = opt_uint(s.clock_sm_mhz) + "/" + opt_uint(s.clock_mem_mhz);
+    const std::string pcie = s.pcie_gen ? "gen" + std::to_string(*s.pcie_gen) + " x" + opt_uint(s.pcie_width) : "--";
+    std::printf("%-3d %-24.24s %10s %10s %10s %9s %21s %5s %15s %11s %8s %6s  %s\n", s.index, s.name.c_str(),
+                size_or_dash(s.memory_total).c_str(), size_or_dash(s.memory_used).c_str(),
+                size_or_dash(s.memory_free).c_str(), size_or_dash(s.memory_reserved).c_str(), pools.c_str(),
+                opt_number(s.temperature_c, "%.0fC").c_str(), power.c_str(), clocks.c_str(), pcie.c_str(),
+                opt_uint(s.nvlink_up).c_str(), top_processes(s, 3).c_str());
+  }
+  // Say once why columns are empty, not once per GPU.
+  std::vector<std::string> reasons;
+  for (const auto& s : batch) {
+    for (const auto& m : s.missing) {
+      if (std::find(reasons.begin(), reasons.end(), m) == reasons.end()) reasons.push_back(m);
+    }
+  }
+  if (!reasons.empty()) {
+    std::printf("\n--: not available.");
+    for (std::size_t i = 0; i < reasons.size() && i < 4; ++i) std::printf(" %s.", reasons[i].c_str());
+    if (reasons.size() > 4) std::printf(" (%zu more reasons; --json lists them per GPU)", reasons.size() - 4);
+    std::printf("\n");
+  }
+  std::printf("POOLS: MultiGpuMem pools of this process and of processes publishing with MGM_PUBLISH=1.\n");
+}
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+
+}  // namespace
+
+void add_status(CLI::App& app, context& ctx) {
+  auto* cmd = app.add_subcommand("status", "Every GPU side by side: memory (and inside MultiGpuMem pools), "
+                                           "temperature, power, clocks, PCIe, NVLink, top processes");
+  cmd->footer("Example: mgm status    (or: mgm --sim dgx-h100 status, mgm --json status)");
+  cmd->callback([&ctx] {
+    std::optional<mgm::sim::machine> machine;
+    auto src = open_source(ctx, machine);
+    const auto batch = src->sample();
+    if (ctx.json) {
+      nlohmann::json out;
+      out["source"] = src->name();
+      out["devices"] = nlohmann::json::array();
+      for (const auto& s : batch) out["devices"].push_back(nlohmann::json::parse(tel::to_json_line(s)));
+      std::printf("%s\n", out.dump(2).c_str());
+    } else {
+      print_status(src->name(), batch);
+    }
+  });
+}
+
+void add_log(CLI::App& app, context& ctx) {
+  auto* cmd = app.add_subcommand("log", "Sample every GPU at an interval into a file (nvidia-smi CSV, JSON lines or "
+                                        "Prometheus text); Ctrl-C stops with the file complete");
+  struct options {
+    std::string output;
+    std::string processes;
+    std::string interval{"5s"};
+    std::size_t count{0};
+    std::string duration;
+    std::string format{"csv"};
+    bool nounits{false};
+  };
+  auto o = std::make_shared<options>();
+  cmd->add_option("-o,--output", o->output, "The log file (replaced)")->required();
+  cmd->add_option("--interval", o->interval, "Time between samples: 5s, 500ms, 1m")->capture_default_str();
+  auto* count = cmd->add_option("--count", o->count, "Stop after N samples");
+  cmd->add_option("--duration", o->duration, "Stop after this long: 10m, 2h")->excludes(count);
+  cmd->add_option("--format", o->format, "csv (nvidia-smi --query-gpu form), jsonl, or prom (the file holds the latest sample)")
+      ->check(CLI::IsMember({"csv", "jsonl", "prom"}))
+      ->capture_default_str();
+  cmd->add_option("--processes", o->processes, "Also write per-process memory here (--query-compute-apps form)");
+  cmd->add_flag("--nounits", o->nounits, "CSV values without units, as nvidia-smi's nounits");
+  cmd->footer("Example: mgm log -o gpus.csv --interval 5s --duration 1h");
+  cmd->callback([&ctx, o] {
+    const auto interval = parse_duration(o->interval);
+    if (interval.count() <= 0) throw tool_error{exit_bad_input, "--interval must be more than 0"};
+    std::optional<double> until;
+    if (!o->duration.empty()) until = parse_duration(o->duration).count();
+    std::optional<mgm::sim::machine> machine;
+    auto src = open_source(ctx, machine);
+
+    std::optional<tel::csv_sink> csv;
+    std::optional<tel::jsonl_sink> jsonl;
+    std::optional<tel::process_csv_sink> procs;
+    try {
+      if (o->format == "csv") csv.emplace(std::filesystem::path{o->output}, !o->nounits);
+      if (o->format == "jsonl") jsonl.emplace(std::filesystem::path{o->output});
+      if (!o->processes.empty()) procs.emplace(std::filesystem::path{o->processes}, !o->nounits);
+    } catch (const std::exception& e) {
+      throw tool_error{exit_bad_input, e.what()};
+    }
+    auto write_prom = [&](const std::vector<tel::device_sample>& batch) {
+      const auto tmp = o->output + ".tmp";
+      {
+        std::ofstream f{tmp, std::ios::trunc};
+        f << tel::to_prometheus(batch);
+        if (!f) throw tool_error{exit_bad_input, "cannot write " + tmp};
+      }
+      std::filesystem::rename(tmp, o->output);  // readers (node_exporter's textfile collector) never see half
+    };
+
+    std::signal(SIGINT, on_interrupt);
+    std::signal(SIGTERM, on_interrupt);
+    const bool tty = ::isatty(2) != 0;
+    const auto start = std::chrono::steady_clock::now();
+    auto next = start;
+    std::size_t taken = 0;
+    while (!g_interrupted.load()) {
+      const auto batch = src->sample();
+      if (csv) csv->write(batch);
+      if (jsonl) jsonl->write(batch);
+      if (o->format == "prom") write_prom(batch);
+      if (procs) procs->write(batch);
+      ++taken;
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (tty) {
+        std::fprintf(stderr, "\r%zu sample%s of %zu GPU%s written to %s (%.0f s)", taken, taken == 1 ? "" : "s",
+                     batch.size(), batch.size() == 1 ? "" : "s", o->output.c_str(), elapsed);
+      }
+      if (o->count != 0 && taken >= o->count) break;
+      if (until && elapsed + interval.count() > *until + 1e-9) break;
+      next += std::chrono::duration_cast<std::chrono::steady_clock::duration>(interval);
+      while (!g_interrupted.load() && std::chrono::steady_clock::now() < next) {
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+            next - std::chrono::steady_clock::now(), std::chrono::milliseconds{50}));
+      }
+    }
+    if (tty) std::fprintf(stderr, "\n");
+    if (!ctx.json) {
+      std::printf("%zu sample%s written to %s%s\n", taken, taken == 1 ? "" : "s", o->output.c_str(),
+                  g_interrupted.load() ? " (interrupted; the file is complete)" : "");
+    } else {
+      std::printf("{\"samples\": %zu, \"output\": %s, \"interrupted\": %s}\n", taken,
+                  nlohmann::json(o->output).dump().c_str(), g_interrupted.load() ? "true" : "false");
+    }
+  });
+}
+
+}  // namespace mgm_tool

@@ -1,0 +1,133 @@
+// `mgm`: one view of all GPUs, their logs, topology, leaks, plans and allocation replays.
+#include "mgm_tool.hpp"
+
+#include <mgm/bytes.hpp>
+#include <mgm/error.hpp>
+#include <mgm/topology/topology.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#ifndef MGM_VERSION
+#define MGM_VERSION "0.0.0"
+#endif
+
+namespace mgm_tool {
+
+mgm::sim::machine make_sim_machine(const std::string& what) {
+  if (std::filesystem::is_regular_file(what)) {
+    const std::string text = read_file(what);
+    mgm::topology links = [&] {
+      try {
+        return text.find('<') != std::string::npos && text.find("<system") != std::string::npos
+                   ? mgm::parse_nccl_topology_xml(text)
+                   : mgm::parse_smi_topology(text);
+      } catch (const mgm::parse_error& e) {
+        throw tool_error{exit_bad_input, what + ":" + std::to_string(e.line()) + ": " + e.what()};
+      }
+    }();
+    std::vector<mgm::sim::device_spec> specs;
+    for (const auto& g : links.gpus()) {
+      mgm::sim::device_spec s;
+      s.name = g.name.empty() ? "GPU" : g.name;
+      s.memory_bytes = g.memory_bytes != 0 ? g.memory_bytes : std::size_t{80} << 30;
+      s.compute_capability = g.compute_capability != 0 ? g.compute_capability : 90;
+      s.numa_node = g.numa_node;
+      s.pcie_p2p = g.pcie_p2p;
+      specs.push_back(std::move(s));
+    }
+    return mgm::sim::machine{std::move(specs), std::move(links),
+                             std::filesystem::path{what}.filename().string()};
+  }
+  try {
+    return mgm::sim::machine::from_string(what);
+  } catch (const std::exception& e) {
+    throw tool_error{exit_bad_input, "--sim " + what + ": " + e.what() +
+                                         " (give a preset, a device list such as 4x80GiB, or a topology file)"};
+  }
+}
+
+void no_gpu(const std::string& why) {
+  throw tool_error{exit_no_gpu, "no GPU can be used on this machine (" + why +
+                                    ").\nTry a simulated machine instead, for example: mgm --sim dgx-h100 status"};
+}
+
+std::chrono::duration<double> parse_duration(const std::string& text) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  const std::string unit = used == 0 ? std::string{} : text.substr(used);
+  double scale = -1;
+  if (unit.empty() || unit == "s") scale = 1;
+  else if (unit == "ms") scale = 1e-3;
+  else if (unit == "m" || unit == "min") scale = 60;
+  else if (unit == "h") scale = 3600;
+  if (used == 0 || scale < 0 || !std::isfinite(v) || v < 0) {
+    throw tool_error{exit_bad_input, "'" + text + "' is not a duration (write 5s, 500ms, 10m or 1h)"};
+  }
+  return std::chrono::duration<double>{v * scale};
+}
+
+std::string size_or_dash(const std::optional<std::uint64_t>& bytes) {
+  return bytes ? mgm::format_bytes(static_cast<std::size_t>(*bytes)) : std::string{"--"};
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  if (!in) throw tool_error{exit_bad_input, "cannot read " + path};
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace mgm_tool
+
+int main(int argc, char** argv) {
+  using namespace mgm_tool;
+  CLI::App app{"mgm: memory, topology, logs, leaks, plans and allocation replays across all the GPUs of a machine.\n"
+               "Without a GPU, --sim PRESET runs every command on a simulated machine.",
+               "mgm"};
+  app.set_version_flag("--version", std::string{"mgm "} + MGM_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();
+  context ctx;
+  app.add_option("--sim", ctx.sim,
+                 "A simulated machine: a preset (dgx1-v100, dgx-a100, dgx-h100, hgx-h200, pcie-4gpu-mixed), a device "
+                 "list (2x24GiB:RTX 4090) or a topology file (nvidia-smi topo -m text, NCCL XML)");
+  app.add_flag("--json", ctx.json, "Machine-readable output");
+  app.footer("Exit codes: 0 ok, 1 usage, 2 bad input, 3 no GPU or driver.\nExample: mgm --sim dgx-h100 status");
+  add_status(app, ctx);
+  add_log(app, ctx);
+  add_topo(app, ctx);
+  add_plan(app, ctx);
+  add_leak(app, ctx);
+  add_plot(app, ctx);
+  add_replay(app, ctx);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? exit_ok : exit_usage;
+  } catch (const tool_error& e) {
+    std::fprintf(stderr, "mgm: %s\n", e.what());
+    return e.exit_code;
+  } catch (const mgm::parse_error& e) {
+    std::fprintf(stderr, "mgm: line %zu: %s\n", e.line(), e.what());
+    return exit_bad_input;
+  } catch (const mgm::logic_error& e) {
+    std::fprintf(stderr, "mgm: %s\n", e.what());
+    return exit_bad_input;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mgm: %s\n", e.what());
+    return exit_bad_input;
+  }
+  return exit_ok;
+}

@@ -1,0 +1,60 @@
+// The `mgm` command line: what the commands share. Each command only presents what the library
+// computes (DESIGN.md §6-§7: exit codes 0 ok, 1 usage, 2 bad input, 3 no GPU or driver).
+#pragma once
+
+#include <mgm/sim/machine.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace mgm_tool {
+
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_usage = 1;
+inline constexpr int exit_bad_input = 2;
+inline constexpr int exit_no_gpu = 3;
+
+/// @brief A failure with its exit code and a message for people.
+struct tool_error : std::runtime_error {
+  tool_error(int code, const std::string& message) : std::runtime_error{message}, exit_code{code} {}
+  int exit_code;
+};
+
+/// @brief The global options.
+struct context {
+  std::string sim;  ///< `--sim PRESET|DEVICE_LIST|TOPOLOGY_FILE`; empty: the real machine
+  bool json{false};
+  [[nodiscard]] bool simulated() const { return !sim.empty(); }
+};
+
+/// @brief The simulated machine `--sim` names: a preset, a device list (`4x80GiB`), or a topology
+/// file (`nvidia-smi topo -m` text or NCCL XML; GPUs without a known size get 80 GiB).
+/// @throws tool_error (2) naming what is wrong.
+[[nodiscard]] mgm::sim::machine make_sim_machine(const std::string& what);
+
+/// @brief The reason no GPU can be used and the hint to try `--sim`, as a tool_error (3).
+[[noreturn]] void no_gpu(const std::string& why);
+
+/// @brief `5s`, `500ms`, `2m`, `1h`, or plain seconds. @throws tool_error (2).
+[[nodiscard]] std::chrono::duration<double> parse_duration(const std::string& text);
+
+/// @brief `mgm.1 GiB` style sizes; "--" for none.
+[[nodiscard]] std::string size_or_dash(const std::optional<std::uint64_t>& bytes);
+
+/// @brief The whole file, binary. @throws tool_error (2) naming the path.
+[[nodiscard]] std::string read_file(const std::string& path);
+
+void add_status(CLI::App& app, context& ctx);
+void add_log(CLI::App& app, context& ctx);
+void add_topo(CLI::App& app, context& ctx);
+void add_plan(CLI::App& app, context& ctx);
+void add_leak(CLI::App& app, context& ctx);
+void add_plot(CLI::App& app, context& ctx);
+void add_replay(CLI::App& app, context& ctx);
+
+}  // namespace mgm_tool
