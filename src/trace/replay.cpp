@@ -177,4 +177,12 @@ std::string replay_result::to_json() const {
   return out + "}";
 }
 
+std::string data_parallel_result::to_json() const {
+  const std::string trace = per_device.empty() ? std::string{} : per_device.front().trace;
+  const std::string alloc = per_device.empty() ? std::string{} : per_device.front().allocator;
+  return "{\"trace\":" + json_string(trace) + ",\"allocator\":" + json_string(alloc) +
+         ",\"devices\":" + std::to_string(per_device.size()) + ",\"wall_seconds\":" + json_number(wall_seconds) +
+         ",\"cpu_seconds\":" + json_number(cpu_seconds) + ",\"events_per_second\":" + json_number(events_per_second) + "}";
+}
+
 }  // namespace mgm

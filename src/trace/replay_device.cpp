@@ -74,9 +74,9 @@ std::chrono::nanoseconds run(const compiled_trace& t, replay_target& target, con
 replay_result replay_on_device(const compiled_trace& t, std::string_view allocator, const replay_options& o,
                                device_id device) {
   MGM_EXPECTS(o.iterations >= 1, "a replay needs at least one iteration");
-  MGM_EXPECTS(allocator == "pool" || allocator == "direct" || allocator == "async",
+  MGM_EXPECTS(allocator == "pool" || allocator == "direct" || allocator == "async" || allocator == "cub",
               "unknown allocator '" + std::string{allocator} + "' for a replay on a GPU; the allocators are pool, "
-              "direct, async");
+              "direct, async, cub");
   if (device_count() == 0) throw cuda_error{cudaErrorNoDevice, "replay_on_device: no CUDA device or driver here"};
   const scoped_device on{device};
   std::vector<cudaStream_t> owned;
@@ -101,10 +101,12 @@ replay_result replay_on_device(const compiled_trace& t, std::string_view allocat
   try {
     const auto null = detail::make_null_target();
     const auto baseline = run(t, *null, streams, o.iterations, [] {});
+    detail::upstream_counters cub;  // before the target, which writes to it until destroyed
     std::unique_ptr<replay_target> target;
     if (allocator == "pool") target = std::make_unique<pool_target>(device, o.pool);
     if (allocator == "direct") target = std::make_unique<leaf_target<cuda_allocator>>(cuda_allocator{device});
     if (allocator == "async") target = std::make_unique<leaf_target<cuda_async_allocator>>(cuda_async_allocator{device});
+    if (allocator == "cub") target = detail::make_cub_device_target(device, cub);
     auto* pool = dynamic_cast<pool_target*>(target.get());
     std::uint64_t first_calls = 0;
     const auto elapsed = run(t, *target, streams, o.iterations, [&] {
@@ -112,6 +114,7 @@ replay_result replay_on_device(const compiled_trace& t, std::string_view allocat
         const auto st = pool->statistics();
         first_calls = st.upstream_allocations + st.upstream_frees;
       }
+      first_calls += cub.mallocs + cub.frees;
     });
     const double events = static_cast<double>(r.events) * o.iterations;
     const auto net = std::max<std::int64_t>(0, (elapsed - baseline).count());
@@ -123,6 +126,12 @@ replay_result replay_on_device(const compiled_trace& t, std::string_view allocat
       r.upstream_frees = st.upstream_frees;
       r.upstream_calls_after_first_iteration = st.upstream_allocations + st.upstream_frees - first_calls;
       r.peak_reserved_bytes = static_cast<std::size_t>(st.reserved_bytes.peak);
+    } else if (allocator == "cub") {
+      r.upstream_allocations = cub.mallocs;
+      r.upstream_frees = cub.frees;
+      r.upstream_calls_after_first_iteration = cub.mallocs + cub.frees - first_calls;
+      r.measured_upstream_seconds = std::chrono::duration<double>(cub.time).count();
+      r.peak_reserved_bytes = cub.peak_bytes;
     } else {
       r.upstream_allocations = t.allocations * static_cast<std::size_t>(o.iterations);
       r.upstream_frees = r.upstream_allocations;

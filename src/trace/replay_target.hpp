@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -52,5 +53,18 @@ std::chrono::nanoseconds replay_ops(const compiled_trace& t, replay_target& targ
 
 /// CUB's CachingDeviceAllocator with its CUDA calls redirected to the simulator (cub_target.cpp).
 std::unique_ptr<replay_target> make_cub_target(sim::machine& m, device_id d);
+
+/// What CUB's allocator asked the real driver for, on a GPU.
+struct upstream_counters {
+  std::uint64_t mallocs{0};
+  std::uint64_t frees{0};
+  std::chrono::nanoseconds time{0};  ///< inside cudaMalloc and cudaFree
+  std::size_t live_bytes{0};
+  std::size_t peak_bytes{0};
+};
+
+/// CUB's CachingDeviceAllocator on the real device `d` (same bins as the simulator's), with its
+/// cudaMalloc and cudaFree counted and timed into `counters` (which must outlive the target).
+std::unique_ptr<replay_target> make_cub_device_target(device_id d, upstream_counters& counters);
 
 }  // namespace mgm::detail

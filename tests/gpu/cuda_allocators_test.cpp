@@ -9,6 +9,9 @@
 #include <mgm/platform/cuda_peer_ops.hpp>
 #include <mgm/platform/cuda_stream_ops.hpp>
 #include <mgm/platform/cuda_vmm_ops.hpp>
+#include <mgm/pool/caching_pool.hpp>
+#include <mgm/telemetry/nvml.hpp>
+#include <mgm/telemetry/source.hpp>
 #include <mgm/trace/replay.hpp>
 #include <mgm/trace/trace.hpp>
 
@@ -198,4 +201,62 @@ TEST_CASE("a trace replays on the GPU through the pool, cudaMalloc and cudaMallo
   REQUIRE(*direct.measured_upstream_seconds > 0.0);
   REQUIRE(mgm::replay_on_device(t, "async", o).events == 6);
   REQUIRE(pool.to_json().find("\"allocator\":\"pool\"") != std::string::npos);
+  // CUB's caching allocator on the real driver: it caches, so after the first iteration no calls.
+  const auto cub = mgm::replay_on_device(t, "cub", o);
+  REQUIRE(cub.upstream_allocations >= 1);
+  REQUIRE(cub.upstream_allocations < 12);
+  REQUIRE(cub.upstream_calls_after_first_iteration == 0);
+  REQUIRE(cub.peak_reserved_bytes >= cub.peak_live_bytes);
+}
+
+TEST_CASE("expandable segments on the real driver: granules mapped, written, unmapped on release", "[gpu][pool]") {
+  const mgm::device_id d{0};
+  if (!mgm::cuda_vmm_ops{}.supported(d)) {
+    WARN("device 0 does not support virtual memory management");
+    return;
+  }
+  mgm::pool_options o;
+  o.expandable_segments = true;
+  mgm::caching_pool<mgm::cuda_allocator> pool{mgm::cuda_allocator{d}, o};
+  const auto before = mgm::memory_info(d);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(pool.allocate(std::size_t{48} << 20));  // large: expandable
+  for (void* b : blocks) touch_device(b, std::size_t{48} << 20);
+  auto st = pool.statistics();
+  REQUIRE(st.allocated_bytes.current == std::int64_t{4 * 48} << 20);
+  REQUIRE(st.reserved_bytes.current >= st.allocated_bytes.current);
+  REQUIRE(st.reserved_bytes.current < st.allocated_bytes.current + (std::int64_t{8} << 20));  // granules, not 20 MiB rounding
+  const auto during = mgm::memory_info(d);
+  REQUIRE(before.free_bytes - during.free_bytes >= std::size_t{4 * 48} << 20);
+  for (void* b : blocks) pool.deallocate(b, std::size_t{48} << 20);
+  pool.release();
+  st = pool.statistics();
+  REQUIRE(st.reserved_bytes.current == 0);
+  const auto after = mgm::memory_info(d);
+  REQUIRE(after.free_bytes + (std::size_t{4} << 20) >= before.free_bytes);  // the driver got it back
+}
+
+TEST_CASE("NVML on the real driver joins every CUDA device by bus id", "[gpu][telemetry]") {
+  std::string why;
+  auto lib = mgm::telemetry::nvml_library::acquire(&why);
+  if (!lib) {
+    WARN("NVML not available: " << why);
+    return;
+  }
+  auto src = mgm::telemetry::make_nvml_source(&why);
+  REQUIRE(src != nullptr);
+  const auto batch = src->sample();
+  REQUIRE(batch.size() >= static_cast<std::size_t>(mgm::device_count()));
+  std::size_t joined = 0;
+  for (const auto& s : batch) {
+    if (!s.cuda_ordinal) continue;
+    ++joined;
+    const auto mem = mgm::memory_info(mgm::device_id{*s.cuda_ordinal});
+    REQUIRE(s.memory_total.has_value());
+    // NVML counts all of the memory, cudaMemGetInfo what the context can use: within 2 %.
+    REQUIRE(static_cast<double>(mem.total_bytes) >= 0.97 * static_cast<double>(*s.memory_total));
+    REQUIRE(s.temperature_c.has_value());
+    REQUIRE_FALSE(s.uuid.empty());
+  }
+  REQUIRE(joined == static_cast<std::size_t>(mgm::device_count()));
 }

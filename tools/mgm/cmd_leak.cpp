@@ -219,7 +219,7 @@ std::string svg_timeline(const std::string& title, const tel::gpu_log& log, cons
       if (!rep.runs.empty() && rep.deciding_run < rep.runs.size()) {
         const auto& run = rep.runs[rep.deciding_run];
         const double t0 = run.load_start_seconds, t1 = run.plateau_start_seconds.value_or(run.end_seconds);
-        const double m0 = run.start_level_mib, m1 = m0 + run.slope.mib_per_min * (t1 - t0) / 60.0;
+        const double m0 = run.start_level_mib, m1 = m0 + run.rate_mib_per_min * (t1 - t0) / 60.0;
         if (t1 > t0) {
           o << R"(<line class="fit" x1=")" << num(x(t0)) << R"(" y1=")" << num(y(m0)) << R"(" x2=")" << num(x(t1)) << R"(" y2=")"
             << num(y(m1)) << R"(" stroke=")" << colour << R"(" stroke-width="2.4" stroke-dasharray="7 4" opacity="0.85"/>)" << '\n';

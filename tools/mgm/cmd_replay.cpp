@@ -8,41 +8,20 @@
 #include <mgm/trace/trace.hpp>
 
 #include <nlohmann/json.hpp>
-#include <sys/resource.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <sstream>
-#include <thread>
 
 namespace mgm_tool {
 
 namespace {
-
-double cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
 
 std::string fixed(double v, int digits) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
-
-// One trace through one allocator on K devices at once: the results and the run's clocks.
-struct parallel_run {
-  std::string trace;
-  std::string allocator;
-  int devices{1};
-  double wall_seconds{0};
-  double cpu_seconds{0};
-  double events_per_second{0};  ///< all devices' events (every iteration) over the wall time
-  std::vector<mgm::replay_result> results;
-};
 
 }  // namespace
 
@@ -60,7 +39,7 @@ void add_replay(CLI::App& app, context& ctx) {
   };
   auto o = std::make_shared<options>();
   cmd->add_option("traces", o->traces, "RMM-format CSV traces (logging_resource_adaptor)")->required();
-  cmd->add_option("--allocator", o->allocators, "pool, direct, cub, pmr (simulator or GPU), async (GPU only); a list compares them")
+  cmd->add_option("--allocator", o->allocators, "pool, direct, cub (simulator or GPU), pmr (simulator), async (GPU only); a list compares them")
       ->delimiter(',')
       ->check(CLI::IsMember({"pool", "direct", "cub", "pmr", "async"}))
       ->capture_default_str();
@@ -87,8 +66,8 @@ void add_replay(CLI::App& app, context& ctx) {
         throw tool_error{exit_bad_input, "--allocator async is cudaMallocAsync: it needs a GPU (the simulator has pool, "
                                          "direct, cub and pmr)"};
       }
-      if (on_gpu && (a == "cub" || a == "pmr")) {
-        throw tool_error{exit_bad_input, "--allocator " + a + " replays on the simulator only (use --sim)"};
+      if (on_gpu && a == "pmr") {
+        throw tool_error{exit_bad_input, "--allocator pmr replays on the simulator only (use --sim)"};
       }
     }
     if (on_gpu && o->fit) throw tool_error{exit_bad_input, "--fit searches capacities on the simulator only (use --sim)"};
@@ -106,52 +85,32 @@ void add_replay(CLI::App& app, context& ctx) {
       }
     }
 
-    std::vector<parallel_run> runs;
+    mgm::replay_options ro;
+    ro.iterations = o->iterations;
+    ro.fit = o->fit;
+    if (o->cost_model == "none") {
+      ro.costs.malloc = ro.costs.free = ro.costs.vmm_create = ro.costs.vmm_map = std::chrono::nanoseconds{0};
+    }
+    std::vector<std::size_t> capacities;
+    for (int d = 0; d < o->devices; ++d) {
+      if (!o->capacity.empty()) {
+        try {
+          capacities.push_back(mgm::parse_bytes(o->capacity));
+        } catch (const std::exception& e) {
+          throw tool_error{exit_bad_input, "--capacity: " + std::string{e.what()}};
+        }
+      } else {
+        capacities.push_back(machine ? machine->memory(mgm::device_id{d}).total_bytes : ro.capacity_bytes);
+      }
+    }
+    std::vector<mgm::data_parallel_result> runs;
     for (const auto& t : traces) {
       for (const auto& a : o->allocators) {
-        parallel_run run;
-        run.trace = t.name;
-        run.allocator = a;
-        run.devices = o->devices;
-        run.results.resize(static_cast<std::size_t>(o->devices));
-        std::vector<std::string> errors(static_cast<std::size_t>(o->devices));
-        const double cpu0 = cpu_seconds();
-        const auto wall0 = std::chrono::steady_clock::now();
-        std::vector<std::thread> threads;
-        for (int d = 0; d < o->devices; ++d) {
-          threads.emplace_back([&, d] {
-            const auto i = static_cast<std::size_t>(d);
-            try {
-              mgm::replay_options ro;
-              ro.iterations = o->iterations;
-              ro.fit = o->fit;
-              if (o->cost_model == "none") {
-                ro.costs.malloc = ro.costs.free = ro.costs.vmm_create = ro.costs.vmm_map = std::chrono::nanoseconds{0};
-              }
-              if (!o->capacity.empty()) {
-                ro.capacity_bytes = mgm::parse_bytes(o->capacity);
-              } else if (machine) {
-                ro.capacity_bytes = machine->memory(mgm::device_id{d}).total_bytes;
-              }
-              run.results[i] = on_gpu ? mgm::replay_on_device(t, a, ro, mgm::device_id{d}) : mgm::replay_on_sim(t, a, ro);
-              run.results[i].device = d;
-            } catch (const std::exception& e) {
-              errors[i] = e.what();
-            }
-          });
+        try {
+          runs.push_back(mgm::replay_data_parallel(t, a, ro, capacities, on_gpu));
+        } catch (const std::exception& e) {
+          throw tool_error{exit_bad_input, t.name + " through " + a + ": " + e.what()};
         }
-        for (auto& th : threads) th.join();
-        run.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-        run.cpu_seconds = cpu_seconds() - cpu0;
-        for (std::size_t i = 0; i < errors.size(); ++i) {
-          if (!errors[i].empty()) {
-            throw tool_error{exit_bad_input, t.name + " through " + a + " on device " + std::to_string(i) + ": " + errors[i]};
-          }
-        }
-        double events = 0;
-        for (const auto& r : run.results) events += static_cast<double>(r.events) * r.iterations;
-        run.events_per_second = run.wall_seconds > 0 ? events / run.wall_seconds : 0;
-        runs.push_back(std::move(run));
       }
     }
 
@@ -159,7 +118,7 @@ void add_replay(CLI::App& app, context& ctx) {
       std::string out = "{\"on\": \"" + std::string{on_gpu ? "gpu" : "sim"} + "\", \"results\": [";
       bool first = true;
       for (const auto& run : runs) {
-        for (const auto& r : run.results) {
+        for (const auto& r : run.per_device) {
           out += (first ? "\n  " : ",\n  ") + r.to_json();
           first = false;
         }
@@ -167,10 +126,7 @@ void add_replay(CLI::App& app, context& ctx) {
       out += "\n], \"data_parallel\": [";
       first = true;
       for (const auto& run : runs) {
-        nlohmann::json j{{"trace", run.trace}, {"allocator", run.allocator}, {"devices", run.devices},
-                         {"wall_seconds", run.wall_seconds}, {"cpu_seconds", run.cpu_seconds},
-                         {"events_per_second", run.events_per_second}};
-        out += (first ? "\n  " : ",\n  ") + j.dump();
+        out += (first ? "\n  " : ",\n  ") + run.to_json();
         first = false;
       }
       out += "\n]}\n";
@@ -184,7 +140,7 @@ void add_replay(CLI::App& app, context& ctx) {
     std::printf("%-28s %-7s %3s %9s %12s %10s %9s %8s %8s %10s %14s\n", "TRACE", "ALLOC", "DEV", "EVENTS", "HOST ns/EVENT",
                 "PEAK LIVE", "RES/LIVE", "FIT", "MALLOCS", "AFTER 1ST", on_gpu ? "DRIVER s" : "MODELLED s");
     for (const auto& run : runs) {
-      for (const auto& r : run.results) {
+      for (const auto& r : run.per_device) {
         const std::string fit = r.fit ? fixed(r.fit->over_peak_live, 3) : "--";
         const auto upstream = r.modelled_upstream_seconds ? r.modelled_upstream_seconds : r.measured_upstream_seconds;
         std::printf("%-28.28s %-7s %3d %9zu %12.1f %10s %9.3f %8s %8llu %10llu %14s\n", r.trace.c_str(), r.allocator.c_str(),
@@ -197,8 +153,9 @@ void add_replay(CLI::App& app, context& ctx) {
     if (o->devices > 1) {
       std::printf("\nData-parallel runs (all devices at once, one thread each):\n");
       for (const auto& run : runs) {
-        std::printf("  %-28.28s %-7s %d devices: %.2f M events/s, wall %.2f s, CPU %.2f s (%.2f cores busy)\n",
-                    run.trace.c_str(), run.allocator.c_str(), run.devices, run.events_per_second / 1e6, run.wall_seconds,
+        std::printf("  %-28.28s %-7s %zu devices: %.2f M events/s, wall %.2f s, CPU %.2f s (%.2f cores busy)\n",
+                    run.per_device.front().trace.c_str(), run.per_device.front().allocator.c_str(), run.per_device.size(),
+                    run.events_per_second / 1e6, run.wall_seconds,
                     run.cpu_seconds, run.wall_seconds > 0 ? run.cpu_seconds / run.wall_seconds : 0.0);
       }
     }

@@ -53,6 +53,7 @@
 #include <mgm/error.hpp>
 #include <mgm/log.hpp>
 #include <mgm/pool/detail/block.hpp>
+#include <mgm/pool/detail/nvtx.hpp>
 #include <mgm/pool/detail/stream_slot.hpp>
 #include <mgm/pool/detail/tlsf_index.hpp>
 #include <mgm/pool/pool_options.hpp>
@@ -195,6 +196,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       report_invalid_free(p, bytes);
       return;
     }
+    detail::nvtx::unregister_region(p);
     if constexpr (Statistics) {
       stats_.allocated_bytes.sub(static_cast<std::int64_t>(b->size));
       stats_.requested_bytes.sub(static_cast<std::int64_t>(b->size - b->aux));
@@ -422,6 +424,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
         if (active > stats_.active_bytes.peak) stats_.active_bytes.peak = active;
       }
     }
+    detail::nvtx::register_region(reinterpret_cast<void*>(b->addr), bytes);
     return reinterpret_cast<void*>(b->addr);
   }
 
@@ -590,6 +593,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     b->owner = &slot;
     b->aux = ++slot.free_epoch;  // new memory: no event recorded before now covers it
     segments_.push_back(b);
+    detail::nvtx::register_heap(p, seg);
     reserved_ += seg;
     idle_bytes_ += seg;  // hand_out takes it off again
     if constexpr (Statistics) {
@@ -723,6 +727,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     lock.unlock();
     std::size_t released = 0;
     for (const auto& v : victims) {
+      detail::nvtx::unregister_heap(reinterpret_cast<void*>(v.addr));
       upstream_.deallocate_async(reinterpret_cast<void*>(v.addr), v.size, cuda_allocation_alignment,
                                  stream_ref{v.stream});
       released += v.size;
@@ -929,6 +934,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       head->owner = &slot;
       seg->head = head;
       expandables_.push_back(std::move(seg));
+      detail::nvtx::register_heap(va, bytes);
       if constexpr (Statistics) stats_.segments.add(1);
       insert_unmapped(head);
     }
@@ -1206,6 +1212,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     for (detail::block* head : segments_) {
       std::size_t seg = 0;
       for (const detail::block* b = head; b != nullptr; b = b->next) seg += b->size;
+      detail::nvtx::unregister_heap(reinterpret_cast<void*>(head->addr));
       upstream_.deallocate(reinterpret_cast<void*>(head->addr), seg, cuda_allocation_alignment);
     }
     if constexpr (vmm_allocator<Upstream>) {
@@ -1215,6 +1222,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
           vmm_.unmap(reinterpret_cast<void*>(seg->base + g * granule_), granule_);
           vmm_.release(seg->handles[g]);
         }
+        detail::nvtx::unregister_heap(reinterpret_cast<void*>(seg->base));
         vmm_.unreserve(reinterpret_cast<void*>(seg->base), seg->bytes);
       }
     }

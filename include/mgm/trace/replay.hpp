@@ -69,11 +69,30 @@ struct replay_options {
 [[nodiscard]] replay_result replay_on_sim(const compiled_trace& t, std::string_view allocator, const replay_options& options);
 
 /// @brief Replays `t` on a real GPU through `pool` (the caching pool over `cudaMalloc`), `direct`
-/// (`cudaMalloc`/`cudaFree` for every block) or `async` (`cudaMallocAsync`), with one CUDA stream
-/// per stream of the trace. `measured_upstream_seconds` is the time inside the driver's calls for
-/// `direct` and `async`; the pool reports its upstream calls from its statistics. No fit search.
+/// (`cudaMalloc`/`cudaFree` for every block), `async` (`cudaMallocAsync`) or `cub` (CUB's
+/// CachingDeviceAllocator, bins as on the simulator), with one CUDA stream per stream of the trace.
+/// `measured_upstream_seconds` is the time inside the driver's calls for `direct`, `async` and
+/// `cub` (its cudaMalloc/cudaFree); the pool reports its upstream calls from its statistics. No fit search.
 /// @throws mgm::cuda_error (`cudaErrorNoDevice`) without a GPU; mgm::logic_error for another name.
 [[nodiscard]] replay_result replay_on_device(const compiled_trace& t, std::string_view allocator,
                                              const replay_options& options, device_id device = device_id{0});
+
+/// @brief One trace through one allocator on several devices at once, one thread each, as a
+/// data-parallel training job replays the same step on every GPU.
+struct data_parallel_result {
+  std::vector<replay_result> per_device;  ///< `device` set to 0..K-1
+  double wall_seconds{0.0};               ///< from the first thread's start to the last one's end
+  double cpu_seconds{0.0};                ///< process CPU time over the same span (all threads)
+  double events_per_second{0.0};          ///< every device's events, every iteration, over the wall time
+  [[nodiscard]] std::string to_json() const;  ///< the aggregate fields only (not `per_device`)
+};
+
+/// @brief Replays `t` through `allocator` on `capacities.size()` devices at once: simulated devices
+/// of those capacities, or (`on_gpu`) CUDA devices 0..K-1 (`capacities` then only give the count).
+/// @throws what `replay_on_sim` / `replay_on_device` throw, from the first device that failed
+/// (the other threads finish first).
+[[nodiscard]] data_parallel_result replay_data_parallel(const compiled_trace& t, std::string_view allocator,
+                                                        const replay_options& options,
+                                                        std::span<const std::size_t> capacities, bool on_gpu = false);
 
 }  // namespace mgm

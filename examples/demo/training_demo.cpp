@@ -1,0 +1,148 @@
+// The main demo (scripts/demo): the allocation trace of a ResNet-50 training step, replayed
+// data-parallel on a 4-GPU machine (simulated unless GPUs are present), through cudaMalloc for
+// every tensor (`direct`), CUB's caching allocator (`cub`) and MultiGpuMem's pool (`pool`), side
+// by side, with a one-line verdict.
+//
+// Usage: mgm_training_demo [TRACE.rmm_log.csv] [--iterations N]
+// Without a trace it uses the real PyTorch trace of ../shared/data when present, else a trace the
+// generator derives from ResNet-50's layer table (batch 32, fp32).
+#include <mgm/mgm.hpp>
+#include <mgm/trace/generator.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::string find_real_trace() {
+  std::vector<std::filesystem::path> roots;
+  if (const char* d = std::getenv("MGM_SHARED_DATA")) roots.emplace_back(d);
+  roots.emplace_back("../shared/data");
+  for (const auto& r : roots) {
+    const auto p = r / "traces/resnet50-bs32-v100/resnet50_bs32_w0.rmm_log.csv";
+    if (std::filesystem::exists(p)) return p.string();
+  }
+  return {};
+}
+
+struct row {
+  std::string allocator;
+  double ns_per_event{0};
+  double events_per_second{0};
+  std::uint64_t calls{0};
+  std::uint64_t calls_after_first{0};
+  double driver_seconds{0};
+  double reserved_over_live{0};
+  double wall{0};
+  double cpu{0};
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string path;
+  int iterations = 6;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--iterations" && i + 1 < argc) {
+      iterations = std::max(1, std::atoi(argv[++i]));
+    } else {
+      path = a;
+    }
+  }
+  if (path.empty()) path = find_real_trace();
+
+  mgm::compiled_trace t;
+  std::string origin;
+  if (!path.empty()) {
+    auto tr = mgm::read_rmm_csv_file(path);
+    tr.name = std::filesystem::path{path}.filename().string();
+    t = tr.compile();
+    origin = "the real PyTorch trace " + tr.name;
+  } else {
+    mgm::training_options o;
+    o.batch_size = 32;
+    o.iterations = 6;
+    o.persistent_state = false;
+    auto tr = mgm::generate_training_trace(mgm::builtin_layer_table("resnet50"), o);
+    tr.name = "resnet50-bs32-fp32 (generated)";
+    t = tr.compile();
+    origin = "a trace generated from ResNet-50's layers (the real one is in ../shared/data)";
+  }
+
+  // Where: real GPUs (up to 4) if present, else a simulated workstation with 2x RTX 4090 + 2x RTX 4080.
+  const int gpus = mgm::device_count();
+  const bool on_gpu = gpus > 0;
+  std::vector<std::size_t> capacities;
+  std::string where;
+  std::vector<std::string> allocators{"direct", "cub", "pool"};
+  if (on_gpu) {
+    for (int d = 0; d < std::min(gpus, 4); ++d) capacities.push_back(mgm::memory_info(mgm::device_id{d}).total_bytes);
+    where = std::to_string(capacities.size()) + " real GPU(s)";
+    allocators = {"direct", "cub", "pool"};
+  } else {
+    auto m = mgm::sim::machine::preset("pcie-4gpu-mixed");
+    for (int d = 0; d < m.device_count(); ++d) capacities.push_back(m.memory(mgm::device_id{d}).total_bytes);
+    where = "a simulated 4-GPU workstation (2x RTX 4090 + 2x RTX 4080; no GPU here)";
+  }
+
+  std::printf("ResNet-50 training, data-parallel on %s\n", where.c_str());
+  std::printf("Trace: %s: %zu allocations and frees per pass, peak %s live; %d passes per GPU.\n\n", origin.c_str(),
+              t.ops.size(), mgm::format_bytes(t.peak_live_bytes).c_str(), iterations);
+
+  mgm::replay_options o;
+  o.iterations = iterations;
+  std::vector<row> rows;
+  for (const auto& a : allocators) {
+    const auto run = mgm::replay_data_parallel(t, a, o, capacities, on_gpu);
+    row r;
+    r.allocator = a;
+    r.events_per_second = run.events_per_second;
+    r.wall = run.wall_seconds;
+    r.cpu = run.cpu_seconds;
+    for (const auto& d : run.per_device) {
+      r.ns_per_event += d.host_ns_per_event / static_cast<double>(run.per_device.size());
+      r.calls += d.upstream_allocations + d.upstream_frees;
+      r.calls_after_first += d.upstream_calls_after_first_iteration;
+      r.driver_seconds += d.modelled_upstream_seconds.value_or(d.measured_upstream_seconds.value_or(0.0));
+      r.reserved_over_live = std::max(r.reserved_over_live, d.reserved_over_live);
+    }
+    rows.push_back(r);
+  }
+
+  std::printf("%-8s %14s %16s %14s %16s %18s %10s\n", "", "host ns/event", "events/s (all)", "driver calls",
+              "after 1st pass", on_gpu ? "time in driver" : "modelled driver", "res/live");
+  for (const auto& r : rows) {
+    std::printf("%-8s %14.1f %16.3g %14llu %16llu %16.3f s %10.3f\n", r.allocator.c_str(), r.ns_per_event,
+                r.events_per_second, static_cast<unsigned long long>(r.calls),
+                static_cast<unsigned long long>(r.calls_after_first), r.driver_seconds, r.reserved_over_live);
+  }
+  std::printf("\nDriver calls: over all GPUs; %s. The pool's are mostly the 2 MiB granules its expandable segments "
+              "map in the first pass (cuMemCreate + cuMemMap%s).\nres/live: a GPU's peak use over the peak bytes the step "
+              "asked for.\n",
+              on_gpu ? "time in driver: measured around cudaMalloc/cudaFree (and cudaMallocAsync)"
+                     : "modelled time: 66 us per cudaMalloc, 42 us per cudaFree",
+              on_gpu ? "" : ", which the model charges nothing: no published per-call figure");
+
+  const row& direct = rows[0];
+  const row& other = rows[1];
+  const row& pool = rows[2];
+  const double driver_ratio = pool.driver_seconds > 0 ? direct.driver_seconds / pool.driver_seconds : 0.0;
+  char ratio[32];
+  std::snprintf(ratio, sizeof ratio, "%.0fx", driver_ratio);
+  std::printf("\nVerdict: the pool makes %.0fx fewer driver calls than direct and %s less time in cudaMalloc/cudaFree "
+              "(%llu calls vs %llu), %.1fx less host time per event than %s, and holds %.3f of the live peak (%s: %.3f).\n",
+              pool.calls > 0 ? static_cast<double>(direct.calls) / static_cast<double>(pool.calls) : 0.0,
+              pool.driver_seconds > 0 ? ratio : "no",
+              static_cast<unsigned long long>(pool.calls), static_cast<unsigned long long>(direct.calls),
+              pool.ns_per_event > 0 ? other.ns_per_event / pool.ns_per_event : 0.0, other.allocator.c_str(),
+              pool.reserved_over_live, other.allocator.c_str(), other.reserved_over_live);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "mgm_training_demo: %s\n", e.what());
+  return 1;
+}
