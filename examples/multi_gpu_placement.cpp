@@ -52,6 +52,7 @@ int main() try {
   }
 
   // 2. A placed_allocator: a caching pool per GPU, 256 MiB kept free on each.
+  std::size_t copied = 0;
   mgm::pool_options plain;
   plain.expandable_segments = false;
   mgm::placed_allocator placed{m.links(),
@@ -60,7 +61,11 @@ int main() try {
                                m.peers(),
                                std::vector<std::size_t>(static_cast<std::size_t>(n), 256 * MiB),
                                mgm::placement_options{},
-                               plain};
+                               plain,
+                               // rebalance() moves buffers with this (cudaMemcpy on real GPUs). These
+                               // simulated buffers were never written: count the bytes, skip the copy
+                               // (a memcpy would touch gigabytes of host memory).
+                               [&](void*, const void*, std::size_t bytes) { copied += bytes; }};
   struct buffer {
     void* p;
     std::size_t bytes;
@@ -88,7 +93,7 @@ int main() try {
   request.reserve_bytes.assign(static_cast<std::size_t>(n), 256 * MiB);
   std::printf("\nCandidates for a 2 GiB buffer read by GPU0, best first:\n");
   for (const auto& c : mgm::rank_placements(m.links(), request)) {
-    std::printf("  %-10s %-5s %6.1f GB/s  %s\n", c.where.to_string().c_str(), c.path.c_str(), c.gbps, c.why.c_str());
+    std::printf("  %-14s %-13s %5.1f GB/s  %s\n", c.where.to_string().c_str(), c.path.c_str(), c.gbps, c.why.c_str());
   }
 
   // 4. Keep asking for 4 GiB for GPU0: the NVLink peers fill up before host memory is used.
@@ -97,7 +102,7 @@ int main() try {
     void* p = placed.allocate(reader, 4 * GiB);
     buffers.push_back({p, 4 * GiB});
     const auto where = *placed.location_of(p);
-    std::printf("  #%-2d -> %-10s via %s\n", i + 1, where.to_string().c_str(), placed.spills().back().path.c_str());
+    std::printf("  #%-2d -> %-14s via %s\n", i + 1, where.to_string().c_str(), placed.spills().back().path.c_str());
     if (where.is_host()) break;
   }
   const mgm::placement_statistics st = placed.statistics();
@@ -122,7 +127,8 @@ int main() try {
       if (b.p == mv.from_ptr) b.p = mv.to_ptr;
     }
   }
-  std::printf("After GPU0 freed %zu GiB, rebalance() moved %zu spilled buffers back to GPU0.\n", freed, moved.size());
+  std::printf("After GPU0 freed %zu GiB, rebalance() moved %zu spilled buffers (%s) back to GPU0.\n", freed,
+              moved.size(), mgm::format_bytes(copied).c_str());
 
   for (const auto& b : buffers) placed.deallocate(b.p, b.bytes);
   placed.release_all();

@@ -3,6 +3,19 @@
 
 #include <string>
 
+namespace mgm {
+
+parse_error parse_error::at(std::string_view source, std::size_t line, std::size_t column, std::string_view why) {
+  std::string message{source};
+  message += ", line " + std::to_string(line);
+  if (column > 0) message += ", column " + std::to_string(column);
+  message += ": ";
+  message += why;
+  return parse_error{message, line, column};
+}
+
+}  // namespace mgm
+
 namespace mgm::detail {
 
 namespace {

@@ -20,6 +20,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace mgm {
 
@@ -37,6 +38,10 @@ class parse_error : public logic_error {
       : logic_error{message}, line_{line}, column_{column} {}
   [[nodiscard]] std::size_t line() const noexcept { return line_; }
   [[nodiscard]] std::size_t column() const noexcept { return column_; }
+
+  /// @brief The error every reader throws: "`source`, line L, column C: `why`" (the column left
+  /// out when 0).
+  [[nodiscard]] static parse_error at(std::string_view source, std::size_t line, std::size_t column, std::string_view why);
 
  private:
   std::size_t line_;

@@ -141,9 +141,7 @@ gpuz_layout make_layout(const std::vector<std::string_view>& fields, std::size_t
 }
 
 [[noreturn]] void fail_gpuz(std::size_t line, std::size_t column, const std::string& why) {
-  throw parse_error{"GPU-Z sensor log, line " + std::to_string(line) +
-                        (column > 0 ? ", column " + std::to_string(column) : std::string{}) + ": " + why,
-                    line, column};
+  throw parse_error::at("GPU-Z sensor log", line, column, why);
 }
 
 }  // namespace

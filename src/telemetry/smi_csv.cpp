@@ -3,6 +3,8 @@
 // `--query-compute-apps`. Also the pieces every log reader shares (lines, numbers, times) and the
 // entry points that pick a reader.
 #include <mgm/error.hpp>
+#include "../detail/text.hpp"
+
 #include <mgm/telemetry/log_format.hpp>
 
 #include <algorithm>
@@ -54,11 +56,7 @@ std::vector<log_line> split_log_lines(std::string_view text) {
   return lines;
 }
 
-std::string_view trim(std::string_view text) noexcept {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t' || text.front() == '\r')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t' || text.back() == '\r')) text.remove_suffix(1);
-  return text;
-}
+std::string_view trim(std::string_view text) noexcept { return mgm::detail::trim_blanks(text); }
 
 std::optional<number_and_unit> parse_number_and_unit(std::string_view text) noexcept {
   text = trim(text);
@@ -565,9 +563,7 @@ class row_reader {
 };
 
 [[noreturn]] void fail_csv(std::size_t line, std::size_t column, const std::string& why) {
-  throw parse_error{"nvidia-smi CSV, line " + std::to_string(line) +
-                        (column > 0 ? ", column " + std::to_string(column) : std::string{}) + ": " + why,
-                    line, column};
+  throw parse_error::at("nvidia-smi CSV", line, column, why);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // Live discovery: the CUDA runtime for the GPUs and their peer access, sysfs for NUMA and CPU
 // affinity, and NVML (loaded at run time, when present) for NVLinks and the PCIe common ancestor.
+#include "../telemetry/nvml_abi.hpp"
+
 #include <mgm/device.hpp>
 #include <mgm/error.hpp>
 #include <mgm/platform/cuda_peer_ops.hpp>
@@ -19,17 +21,9 @@
 namespace mgm {
 namespace {
 
-// The few NVML declarations used (no NVML header needed to build): opaque handles, return codes.
-using nvml_device = struct nvml_device_st*;
-struct nvml_pci_info {  // nvmlPciInfo_t (v3 layout: busIdLegacy[16] first)
-  char bus_id_legacy[16];
-  unsigned int domain;
-  unsigned int bus;
-  unsigned int device;
-  unsigned int pci_device_id;
-  unsigned int pci_sub_system_id;
-  char bus_id[32];
-};
+// NVML's declarations: src/telemetry/nvml_abi.hpp (no NVML header needed to build).
+using nvml_device = nvml_abi::device_t;
+using nvml_pci_info = nvml_abi::pci_info_t;
 
 struct nvml {
   void* lib{nullptr};

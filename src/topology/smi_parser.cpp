@@ -35,9 +35,7 @@ bool is_gpu_name(std::string_view t) {
 }
 
 [[noreturn]] void fail(std::size_t line, std::size_t column, const std::string& why) {
-  throw parse_error{"nvidia-smi topo -m text, line " + std::to_string(line) +
-                        (column > 0 ? ", column " + std::to_string(column) : std::string{}) + ": " + why,
-                    line, column};
+  throw parse_error::at("nvidia-smi topo -m text", line, column, why);
 }
 
 std::optional<int> first_number(std::string_view s) {

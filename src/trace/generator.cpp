@@ -1,5 +1,7 @@
 // Training allocation traces from layer tables. The rules below model PyTorch (1.x, cuDNN,
 // caching allocator) training a torchvision ResNet; each names the behaviour it stands for.
+#include "../detail/text.hpp"
+
 #include <mgm/error.hpp>
 #include <mgm/trace/generator.hpp>
 
@@ -25,16 +27,10 @@ namespace {
 // ---- the table reader ----------------------------------------------------------------------------
 
 [[noreturn]] void fail(const std::string& name, std::size_t line, std::size_t column, const std::string& why) {
-  throw parse_error{"layer table '" + name + "', line " + std::to_string(line) +
-                        (column > 0 ? ", column " + std::to_string(column) : std::string{}) + ": " + why,
-                    line, column};
+  throw parse_error::at("layer table '" + name + "'", line, column, why);
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
+std::string_view trim(std::string_view s) { return detail::trim_blanks(s); }
 
 // Splits one CSV line; a field may be quoted ("a, b"), with "" for a quote inside. Returns false on
 // an unterminated quote.

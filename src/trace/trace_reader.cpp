@@ -1,3 +1,5 @@
+#include "../detail/text.hpp"
+
 #include <mgm/error.hpp>
 #include <mgm/trace/trace.hpp>
 
@@ -15,16 +17,10 @@ namespace {
 constexpr std::string_view header = "Thread,Time,Action,Pointer,Size,Stream";
 
 [[noreturn]] void fail(const std::string& name, std::size_t line, std::size_t column, const std::string& why) {
-  throw parse_error{"trace '" + name + "', line " + std::to_string(line) +
-                        (column > 0 ? ", column " + std::to_string(column) : std::string{}) + ": " + why,
-                    line, column};
+  throw parse_error::at("trace '" + name + "'", line, column, why);
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
+std::string_view trim(std::string_view s) { return detail::trim_blanks(s); }
 
 bool parse_unsigned(std::string_view s, std::uint64_t& out) {
   int base = 10;

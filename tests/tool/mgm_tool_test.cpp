@@ -208,6 +208,24 @@ TEST_CASE("mgm log writes files the readers read back, in each format", "[tool]"
   CHECK(unwritable.err.find("/nonexistent/dir/log.csv") != std::string::npos);
 }
 
+TEST_CASE("mgm log stops cleanly on Ctrl-C (or SIGTERM) with the file complete", "[tool]") {
+  for (const char* sig : {"INT", "TERM"}) {
+    INFO(sig);
+    const auto csv = scratch() / (std::string{"interrupted_"} + sig + ".csv");
+    const std::string cmd = "env MGM_NVML_LIBRARY=/nonexistent '" + std::string{MGM_TOOL} + "' --sim 2x8GiB log -o '" +
+                            csv.string() + "' --interval 20ms > '" + csv.string() + ".out' 2>&1 & pid=$!; sleep 0.4; kill -" +
+                            sig + " $pid; wait $pid";
+    const int status = std::system(cmd.c_str());
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(slurp(fs::path{csv.string() + ".out"}).find("interrupted; the file is complete") != std::string::npos);
+    const auto log = tel::read_gpu_log_file(csv, {});
+    CHECK(log.issues.empty());
+    CHECK(log.samples.size() >= 2);
+    CHECK(log.samples.size() % 2 == 0);  // whole batches only
+  }
+}
+
 TEST_CASE("mgm leak and mgm plot on real logs", "[tool][realdata]") {
   if (!have_data("nvidia-smi")) return;
   const auto smi = fs::path{shared_data()} / "nvidia-smi";

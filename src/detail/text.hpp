@@ -1,0 +1,15 @@
+// Small text helpers shared by the readers (RMM traces, layer tables, GPU logs).
+#pragma once
+
+#include <string_view>
+
+namespace mgm::detail {
+
+/// `s` without leading and trailing spaces, tabs and carriage returns.
+inline std::string_view trim_blanks(std::string_view s) noexcept {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace mgm::detail
