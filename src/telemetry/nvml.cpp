@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -142,6 +143,19 @@ std::shared_ptr<nvml_library> nvml_library::acquire(std::string* why) noexcept {
     p->nvlink_state = p->symbol<abi::nvlink_state_fn>("nvmlDeviceGetNvLinkState");
     p->utilization = p->symbol<abi::utilization_fn>("nvmlDeviceGetUtilizationRates");
     p->processes = p->first_of<abi::processes_fn>({"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"});
+    // Drivers 535.43 to 535.86 write a longer entry than their _v3 declares (gpustat #161): their
+    // _v3 list reads as garbage, their _v2 is right.
+    if (p->driver_version != nullptr) {
+      char version[abi::driver_version_buffer_size] = {};
+      unsigned major = 0, minor = 0;
+      if (p->driver_version(version, sizeof version) == abi::success && std::sscanf(version, "%u.%u", &major, &minor) == 2 &&
+          major == 535 && minor >= 43 && minor <= 86) {
+        if (auto v2 = p->symbol<abi::processes_fn>("nvmlDeviceGetComputeRunningProcesses_v2")) {
+          p->processes = v2;
+          p->fallbacks.push_back(std::string{"nvmlDeviceGetComputeRunningProcesses_v2 for _v3 (driver "} + version + ")");
+        }
+      }
+    }
     if (p->processes == nullptr) p->processes_v1 = p->symbol<abi::processes_v1_fn>("nvmlDeviceGetComputeRunningProcesses");
     p->process_name = p->symbol<abi::process_name_fn>("nvmlSystemGetProcessName");
 

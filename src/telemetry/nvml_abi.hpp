@@ -34,7 +34,7 @@ inline constexpr unsigned int name_buffer_size = 96;             // NVML_DEVICE_
 inline constexpr unsigned int uuid_buffer_size = 96;             // NVML_DEVICE_UUID_V2_BUFFER_SIZE
 inline constexpr unsigned int driver_version_buffer_size = 80;   // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
 inline constexpr unsigned int process_name_buffer_size = 256;
-inline constexpr unsigned int nvlink_max_links = 18;             // NVML_NVLINK_MAX_LINKS
+inline constexpr unsigned int nvlink_max_links = 36;             // NVML_NVLINK_MAX_LINKS (API 13)
 
 // Enumerations.
 inline constexpr int temperature_gpu = 0;   // NVML_TEMPERATURE_GPU

@@ -6,6 +6,7 @@
 //   name python3
 //   time_ns 1764500000000000000
 //   device <ordinal> cuda|sim <pci bus id or -> <uuid or -> <allocated bytes or -> <reserved bytes> <pools>
+#include <mgm/log.hpp>
 #include <mgm/telemetry/nvml.hpp>
 #include <mgm/telemetry/publisher.hpp>
 
@@ -42,8 +43,9 @@ struct registry {
 };
 
 registry& the_registry() {
-  static registry r;
-  return r;
+  // Never destroyed: a publisher or sampler thread may read it during static destruction.
+  static auto* r = new registry;
+  return *r;
 }
 
 bool env_true(const char* name) {
@@ -56,7 +58,12 @@ bool env_true(const char* name) {
 void maybe_autostart() {
   static std::once_flag once;
   std::call_once(once, [] {
-    if (env_true("MGM_PUBLISH")) start_publishing();
+    if (!env_true("MGM_PUBLISH")) return;
+    try {
+      start_publishing();
+    } catch (const std::exception& e) {  // publishing is best effort: the pool works without it
+      mgm::log(mgm::log_level::warning, std::string{"MGM_PUBLISH: cannot publish pool figures: "} + e.what());
+    }
   });
 }
 

@@ -130,7 +130,7 @@ topology discover_topology() {
       const auto hb = handles[static_cast<std::size_t>(b)];
       int links = 0;
       if (ha != nullptr && hb != nullptr && ml.nvlink_state != nullptr && ml.nvlink_remote_pci != nullptr) {
-        for (unsigned int l = 0; l < 18; ++l) {  // NVML_NVLINK_MAX_LINKS on Hopper and Blackwell
+        for (unsigned int l = 0; l < nvml_abi::nvlink_max_links; ++l) {
           int active = 0;
           nvml_pci_info remote{};
           if (ml.nvlink_state(ha, l, &active) != 0 || active == 0) continue;

@@ -127,6 +127,7 @@ replay_result replay_on_device(const compiled_trace& t, std::string_view allocat
       r.upstream_calls_after_first_iteration = st.upstream_allocations + st.upstream_frees - first_calls;
       r.peak_reserved_bytes = static_cast<std::size_t>(st.reserved_bytes.peak);
     } else if (allocator == "cub") {
+      // CUB frees its cached blocks at teardown, after these figures: not counted, as on the simulator.
       r.upstream_allocations = cub.mallocs;
       r.upstream_frees = cub.frees;
       r.upstream_calls_after_first_iteration = cub.mallocs + cub.frees - first_calls;

@@ -6,6 +6,8 @@
 #include <mgm/telemetry/sampler.hpp>
 #include <mgm/telemetry/source.hpp>
 
+#include "test_artifacts.hpp"
+
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -18,6 +20,9 @@
 #include <thread>
 
 namespace tel = mgm::telemetry;
+
+const std::string fake_current = mgm_test::artifact(MGM_FAKE_NVML_CURRENT);
+const std::string fake_old = mgm_test::artifact(MGM_FAKE_NVML_OLD);
 
 namespace {
 
@@ -86,14 +91,14 @@ TEST_CASE("nvml: a library without NVML's symbols is refused", "[telemetry][nvml
 }
 
 TEST_CASE("nvml: a failing nvmlInit is reported with its code", "[telemetry][nvml]") {
-  const fake_nvml_env env{MGM_FAKE_NVML_CURRENT, R"({"init_error": 9, "devices": []})"};
+  const fake_nvml_env env{fake_current.c_str(), R"({"init_error": 9, "devices": []})"};
   std::string why;
   CHECK(tel::nvml_library::acquire(&why) == nullptr);
   CHECK(why.find("nvmlInit failed: NVML error 9") != std::string::npos);
 }
 
 TEST_CASE("nvml: every metric of the current ABI, versioned structs, unsupported metrics", "[telemetry][nvml]") {
-  const fake_nvml_env env{MGM_FAKE_NVML_CURRENT, two_gpus};
+  const fake_nvml_env env{fake_current.c_str(), two_gpus};
   std::string why;
   auto lib = tel::nvml_library::acquire(&why);
   REQUIRE(lib != nullptr);
@@ -107,7 +112,7 @@ TEST_CASE("nvml: every metric of the current ABI, versioned structs, unsupported
   CHECK(a.uuid == "GPU-bbbbbbbb-0000-0000-0000-000000000002");
   CHECK(a.pci_bus_id == "00000000:2A:00.0");
   // nvmlDeviceGetMemoryInfo_v2 was called with NVML_STRUCT_VERSION(Memory, 2) = 40 | 2 << 24.
-  CHECK(fake_counter(MGM_FAKE_NVML_CURRENT, "fake_nvml_last_memory_version") == static_cast<int>(40U | (2U << 24U)));
+  CHECK(fake_counter(fake_current.c_str(), "fake_nvml_last_memory_version") == static_cast<int>(40U | (2U << 24U)));
   CHECK(a.memory_total == 85520809984ULL);
   CHECK(a.memory_reserved == 566231040ULL);
   CHECK(a.memory_used == 4294967296ULL);
@@ -148,7 +153,7 @@ TEST_CASE("nvml: every metric of the current ABI, versioned structs, unsupported
 }
 
 TEST_CASE("nvml: an old driver without the versioned calls falls back to v1", "[telemetry][nvml]") {
-  const fake_nvml_env env{MGM_FAKE_NVML_OLD, two_gpus};
+  const fake_nvml_env env{fake_old.c_str(), two_gpus};
   std::string why;
   auto lib = tel::nvml_library::acquire(&why);
   REQUIRE(lib != nullptr);
@@ -169,28 +174,28 @@ TEST_CASE("nvml: an old driver without the versioned calls falls back to v1", "[
 }
 
 TEST_CASE("nvml: one init for all holders, shutdown with the last", "[telemetry][nvml]") {
-  const fake_nvml_env env{MGM_FAKE_NVML_CURRENT, two_gpus};
-  void* keep = ::dlopen(MGM_FAKE_NVML_CURRENT, RTLD_NOW);  // the fake's counters outlive the loader's dlclose
+  const fake_nvml_env env{fake_current.c_str(), two_gpus};
+  void* keep = ::dlopen(fake_current.c_str(), RTLD_NOW);  // the fake's counters outlive the loader's dlclose
   REQUIRE(keep != nullptr);
-  const int inits0 = fake_counter(MGM_FAKE_NVML_CURRENT, "fake_nvml_inits");
-  const int shutdowns0 = fake_counter(MGM_FAKE_NVML_CURRENT, "fake_nvml_shutdowns");
+  const int inits0 = fake_counter(fake_current.c_str(), "fake_nvml_inits");
+  const int shutdowns0 = fake_counter(fake_current.c_str(), "fake_nvml_shutdowns");
   auto a = tel::nvml_library::acquire();
   auto b = tel::nvml_library::acquire();
   REQUIRE(a != nullptr);
   CHECK(a == b);
-  CHECK(fake_counter(MGM_FAKE_NVML_CURRENT, "fake_nvml_inits") == inits0 + 1);
+  CHECK(fake_counter(fake_current.c_str(), "fake_nvml_inits") == inits0 + 1);
   a.reset();
-  CHECK(fake_counter(MGM_FAKE_NVML_CURRENT, "fake_nvml_shutdowns") == shutdowns0);
+  CHECK(fake_counter(fake_current.c_str(), "fake_nvml_shutdowns") == shutdowns0);
   b.reset();
-  CHECK(fake_counter(MGM_FAKE_NVML_CURRENT, "fake_nvml_shutdowns") == shutdowns0 + 1);
+  CHECK(fake_counter(fake_current.c_str(), "fake_nvml_shutdowns") == shutdowns0 + 1);
   auto c = tel::nvml_library::acquire();  // a new holder initialises again
-  CHECK(fake_counter(MGM_FAKE_NVML_CURRENT, "fake_nvml_inits") == inits0 + 2);
+  CHECK(fake_counter(fake_current.c_str(), "fake_nvml_inits") == inits0 + 2);
   c.reset();
   ::dlclose(keep);
 }
 
 TEST_CASE("nvml: devices are joined to CUDA ordinals by PCI bus id or UUID, never by position", "[telemetry][nvml]") {
-  const fake_nvml_env env{MGM_FAKE_NVML_CURRENT, two_gpus};
+  const fake_nvml_env env{fake_current.c_str(), two_gpus};
   auto lib = tel::nvml_library::acquire();
   REQUIRE(lib != nullptr);
   std::vector<tel::device_sample> samples{lib->sample(0), lib->sample(1)};
@@ -208,7 +213,7 @@ TEST_CASE("nvml: devices are joined to CUDA ordinals by PCI bus id or UUID, neve
 }
 
 TEST_CASE("nvml source: every GPU NVML sees", "[telemetry][nvml]") {
-  const fake_nvml_env env{MGM_FAKE_NVML_CURRENT, two_gpus};
+  const fake_nvml_env env{fake_current.c_str(), two_gpus};
   auto src = tel::make_nvml_source();
   REQUIRE(src != nullptr);
   CHECK(src->name() == "nvml");

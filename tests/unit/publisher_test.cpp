@@ -3,6 +3,8 @@
 #include <mgm/sim/machine.hpp>
 #include <mgm/telemetry/publisher.hpp>
 
+#include "test_artifacts.hpp"
+
 #include <catch2/catch.hpp>
 #include <signal.h>
 #include <spawn.h>
@@ -44,8 +46,9 @@ class child {
     posix_spawn_file_actions_addclose(&fa, out[0]);
     ::setenv("MGM_PUBLISH", "1", 1);
     ::setenv("MGM_PUBLISH_DIR", dir.c_str(), 1);
-    char* argv[] = {const_cast<char*>(MGM_PUBLISHER_CHILD), nullptr};
-    const int rc = posix_spawn(&pid_, MGM_PUBLISHER_CHILD, &fa, nullptr, argv, environ);
+    const std::string path = mgm_test::artifact(MGM_PUBLISHER_CHILD);
+    char* argv[] = {const_cast<char*>(path.c_str()), nullptr};
+    const int rc = posix_spawn(&pid_, path.c_str(), &fa, nullptr, argv, environ);
     ::unsetenv("MGM_PUBLISH");
     ::unsetenv("MGM_PUBLISH_DIR");
     posix_spawn_file_actions_destroy(&fa);

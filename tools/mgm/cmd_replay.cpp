@@ -71,6 +71,9 @@ void add_replay(CLI::App& app, context& ctx) {
       }
     }
     if (on_gpu && o->fit) throw tool_error{exit_bad_input, "--fit searches capacities on the simulator only (use --sim)"};
+    if (on_gpu && !o->capacity.empty()) {
+      throw tool_error{exit_bad_input, "--capacity sets a simulated device's memory: on a GPU it is the GPU's (use --sim)"};
+    }
 
     std::vector<mgm::compiled_trace> traces;
     for (const auto& path : o->traces) {

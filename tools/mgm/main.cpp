@@ -122,6 +122,10 @@ int main(int argc, char** argv) {
   } catch (const mgm::parse_error& e) {
     std::fprintf(stderr, "mgm: line %zu: %s\n", e.line(), e.what());
     return exit_bad_input;
+  } catch (const mgm::cuda_error& e) {
+    std::fprintf(stderr, "mgm: %s\n", e.what());
+    const bool no_gpu = e.code() == cudaErrorNoDevice || e.code() == cudaErrorInsufficientDriver;
+    return no_gpu ? exit_no_gpu : exit_bad_input;
   } catch (const mgm::logic_error& e) {
     std::fprintf(stderr, "mgm: %s\n", e.what());
     return exit_bad_input;

@@ -9,6 +9,12 @@
 /// stream-ordered on it, so give Thrust the same stream (`par.on(stream)`). The pool is held by
 /// pointer: it must outlive every allocator and every container that uses it.
 ///
+/// A `device_vector`'s own kernels (the fill of its constructor, `resize`, copies) run on Thrust's
+/// default stream, which cannot be chosen. Give `thrust_allocator` the default stream or a
+/// *blocking* stream (created without `cudaStreamNonBlocking`), which the legacy default stream
+/// orders against; with a non-blocking stream a block the pool hands out again at once could be
+/// written by a default-stream kernel before the stream's earlier work on it has finished.
+///
 /// Requires Thrust (CCCL) on the include path, which `MultiGpuMem::multigpumem` provides; compiles
 /// under the host compiler too (containers and algorithms themselves need nvcc to launch kernels).
 #pragma once
