@@ -114,14 +114,16 @@ int main(int argc, char** argv) try {
     rows.push_back(r);
   }
 
-  std::printf("%-8s %14s %16s %14s %16s %18s %10s\n", "", "host ns/event", "events/s (all)", "driver calls",
+  std::printf("%-8s %14s %16s %14s %16s %18s %10s\n", "", "host ns/event", "wall events/s", "driver calls",
               "after 1st pass", on_gpu ? "time in driver" : "modelled driver", "res/live");
   for (const auto& r : rows) {
     std::printf("%-8s %14.1f %16.3g %14llu %16llu %16.3f s %10.3f\n", r.allocator.c_str(), r.ns_per_event,
                 r.events_per_second, static_cast<unsigned long long>(r.calls),
                 static_cast<unsigned long long>(r.calls_after_first), r.driver_seconds, r.reserved_over_live);
   }
-  std::printf("\nDriver calls: over all GPUs; %s. The pool's are mostly the 2 MiB granules its expandable segments "
+  std::printf("\nhost ns/event: host time per allocation or free, less a do-nothing replay. wall events/s: all GPUs' "
+              "events over the wall time of the whole run (building each GPU's replay, and the pool's first-pass mapping, "
+              "included).\nDriver calls: over all GPUs; %s. The pool's are mostly the 2 MiB granules its expandable segments "
               "map in the first pass (cuMemCreate + cuMemMap%s).\nres/live: a GPU's peak use over the peak bytes the step "
               "asked for.\n",
               on_gpu ? "time in driver: measured around cudaMalloc/cudaFree (and cudaMallocAsync)"
