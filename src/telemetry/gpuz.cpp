@@ -2,6 +2,8 @@
 // trailing `" ,"`, Windows-1252 (the degree sign is the byte 0xB0), CRLF; columns that differ by
 // GPU-Z version and vendor, and on AMD a column name that appears twice.
 #include <mgm/error.hpp>
+#include "../detail/text.hpp"
+
 #include <mgm/telemetry/log_format.hpp>
 
 #include <algorithm>
@@ -95,14 +97,7 @@ std::string to_utf8(std::string_view s) {
 }
 
 std::vector<std::string_view> split_fields(std::string_view line) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  for (;;) {
-    const auto comma = line.find(',', start);
-    out.push_back(trim(line.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
-  }
+  auto out = mgm::detail::split_trimmed_fields(line);
   if (out.size() > 1 && out.back().empty()) out.pop_back();  // the trailing " ,"
   return out;
 }

@@ -396,17 +396,7 @@ column classify(std::string_view spelled) {
   return c;
 }
 
-std::vector<std::string_view> split_fields(std::string_view line) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  for (;;) {
-    const auto comma = line.find(',', start);
-    out.push_back(trim(line.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
+std::vector<std::string_view> split_fields(std::string_view line) { return mgm::detail::split_trimmed_fields(line); }
 
 bool starts_like_number(std::string_view s) {
   return !s.empty() && (std::isdigit(static_cast<unsigned char>(s.front())) != 0 || s.front() == '-' ||
