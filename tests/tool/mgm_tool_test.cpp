@@ -250,6 +250,11 @@ TEST_CASE("mgm leak and mgm plot on real logs", "[tool][realdata]") {
   if (std::system("command -v xmllint >/dev/null 2>&1") == 0) {
     CHECK(std::system(("xmllint --noout '" + svg1.string() + "' '" + svg2.string() + "'").c_str()) == 0);
   }
+  const auto header_only = scratch() / "header_only.csv";
+  std::ofstream{header_only} << "timestamp, index, memory.used [MiB]\n";
+  const auto empty = run_mgm("leak '" + header_only.string() + "'");
+  CHECK(empty.rc == 2);
+  CHECK(empty.err.find("no readings") != std::string::npos);
   const auto missing = run_mgm("leak /nonexistent/gpus.csv");
   CHECK(missing.rc == 2);
   CHECK(missing.err.find("/nonexistent/gpus.csv") != std::string::npos);

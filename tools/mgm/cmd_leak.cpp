@@ -253,6 +253,7 @@ void add_leak(CLI::App& app, context& ctx) {
   cmd->callback([&ctx, file, baseline, lo] {
     const auto log = read_log(*file, *lo);
     report_issues(*file, log);
+    if (log.samples.empty() && log.process_rows.empty()) throw tool_error{exit_bad_input, *file + ": no readings in it"};
     const auto reports = tel::analyse_log(log, leak_options_from(*baseline));
     if (ctx.json) {
       nlohmann::json out = nlohmann::json::array();
