@@ -2,9 +2,11 @@
 // CSV log, and compares a generated step with a real trace's.
 //
 //   mgm_trace_gen --model resnet50 --batch 32 --dtype fp32 --iterations 1 --no-persistent -o out.rmm_log.csv
+//   mgm_trace_gen --model bert-base --batch 32 --seq 128 --optimizer adam
 //   mgm_trace_gen --model resnet50 --no-persistent --compare ../shared/data/traces/resnet50-bs32-v100/resnet50_bs32_w0.rmm_log.csv
 //
-// --model is a built-in table (resnet50, resnet152) or a layer table CSV file.
+// --model is a built-in table (resnet50, resnet152, bert-base) or a layer table CSV file; --seq is
+// BERT's sequence length.
 #include <mgm/error.hpp>
 #include <mgm/trace/generator.hpp>
 #include <mgm/trace/trace.hpp>
@@ -50,9 +52,10 @@ int main(int argc, char** argv) {
   mgm::training_options o;
   bool no_persistent = false;
   bool pure_half = false;
-  app.add_option("--model", model, "resnet50, resnet152, or a layer table CSV file")->capture_default_str();
+  app.add_option("--model", model, "resnet50, resnet152, bert-base, or a layer table CSV file")->capture_default_str();
   app.add_option("--batch", o.batch_size, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--dtype", dtype, "fp32, fp16 or bf16")->capture_default_str();
+  app.add_option("--seq", o.sequence_length, "tokens per sample (BERT only)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--iterations", o.iterations, "training steps")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_flag("--no-persistent", no_persistent, "leave weights, .grad and optimizer state out of the trace");
   app.add_flag("--pure-half", pure_half, "fp16/bf16 without AMP: the weights are half too");
@@ -85,7 +88,7 @@ int main(int argc, char** argv) {
       mgm::write_rmm_csv(out, t);
       std::printf("wrote %s\n", output.c_str());
     }
-    const auto generated = mgm::training_step_stats(t, mgm::training_input_bytes(table, o));
+    const auto generated = mgm::training_step_stats(t, mgm::training_input_bytes(table, o), mgm::training_step_markers(table));
     print_steps("generated", generated);
     if (!compare.empty()) {
       const auto real_trace = mgm::read_rmm_csv_file(compare);

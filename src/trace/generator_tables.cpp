@@ -705,4 +705,145 @@ const std::string_view resnet152_layers_csv = R"mgmcsv(idx,name,op,in_channels,o
 516,fc,linear,2048,1000,0,0,1,1,1000,2049000,0,output freed after log_softmax
 517,log_softmax,log_softmax,1000,1000,0,0,1,1,1000,0,0,yes (result))mgmcsv";
 
+extern const std::string_view bert_base_layers_csv;
+const std::string_view bert_base_layers_csv = R"mgmcsv(idx,name,op,out_shape_per_sample,params,note
+0,embeddings.word,embedding,L x 768,23440896,
+1,embeddings.position,embedding,L x 768,393216,
+2,embeddings.token_type,embedding,L x 768,1536,
+3,embeddings.LayerNorm,layernorm,L x 768,1536,
+4,embeddings.dropout,dropout,L x 768,0,"mask saved (bool, 1 B/elem)"
+5,encoder.layer.0.attention.self.query,linear,L x 768,590592,
+6,encoder.layer.0.attention.self.key,linear,L x 768,590592,
+7,encoder.layer.0.attention.self.value,linear,L x 768,590592,
+8,encoder.layer.0.attention.scores,matmul+softmax,12 x L x L,0,softmax result saved; dropout mask heads*L*L
+9,encoder.layer.0.attention.context,matmul,L x 768,0,
+10,encoder.layer.0.attention.output.dense,linear,L x 768,590592,
+11,encoder.layer.0.attention.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+12,encoder.layer.0.intermediate.dense,linear,L x 3072,2362368,GELU input saved
+13,encoder.layer.0.intermediate.gelu,gelu,L x 3072,0,
+14,encoder.layer.0.output.dense,linear,L x 768,2360064,
+15,encoder.layer.0.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+16,encoder.layer.1.attention.self.query,linear,L x 768,590592,
+17,encoder.layer.1.attention.self.key,linear,L x 768,590592,
+18,encoder.layer.1.attention.self.value,linear,L x 768,590592,
+19,encoder.layer.1.attention.scores,matmul+softmax,12 x L x L,0,softmax result saved; dropout mask heads*L*L
+20,encoder.layer.1.attention.context,matmul,L x 768,0,
+21,encoder.layer.1.attention.output.dense,linear,L x 768,590592,
+22,encoder.layer.1.attention.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+23,encoder.layer.1.intermediate.dense,linear,L x 3072,2362368,GELU input saved
+24,encoder.layer.1.intermediate.gelu,gelu,L x 3072,0,
+25,encoder.layer.1.output.dense,linear,L x 768,2360064,
+26,encoder.layer.1.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+27,encoder.layer.2.attention.self.query,linear,L x 768,590592,
+28,encoder.layer.2.attention.self.key,linear,L x 768,590592,
+29,encoder.layer.2.attention.self.value,linear,L x 768,590592,
+30,encoder.layer.2.attention.scores,matmul+softmax,12 x L x L,0,softmax result saved; dropout mask heads*L*L
+31,encoder.layer.2.attention.context,matmul,L x 768,0,
+32,encoder.layer.2.attention.output.dense,linear,L x 768,590592,
+33,encoder.layer.2.attention.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+34,encoder.layer.2.intermediate.dense,linear,L x 3072,2362368,GELU input saved
+35,encoder.layer.2.intermediate.gelu,gelu,L x 3072,0,
+36,encoder.layer.2.output.dense,linear,L x 768,2360064,
+37,encoder.layer.2.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+38,encoder.layer.3.attention.self.query,linear,L x 768,590592,
+39,encoder.layer.3.attention.self.key,linear,L x 768,590592,
+40,encoder.layer.3.attention.self.value,linear,L x 768,590592,
+41,encoder.layer.3.attention.scores,matmul+softmax,12 x L x L,0,softmax result saved; dropout mask heads*L*L
+42,encoder.layer.3.attention.context,matmul,L x 768,0,
+43,encoder.layer.3.attention.output.dense,linear,L x 768,590592,
+44,encoder.layer.3.attention.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+45,encoder.layer.3.intermediate.dense,linear,L x 3072,2362368,GELU input saved
+46,encoder.layer.3.intermediate.gelu,gelu,L x 3072,0,
+47,encoder.layer.3.output.dense,linear,L x 768,2360064,
+48,encoder.layer.3.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+49,encoder.layer.4.attention.self.query,linear,L x 768,590592,
+50,encoder.layer.4.attention.self.key,linear,L x 768,590592,
+51,encoder.layer.4.attention.self.value,linear,L x 768,590592,
+52,encoder.layer.4.attention.scores,matmul+softmax,12 x L x L,0,softmax result saved; dropout mask heads*L*L
+53,encoder.layer.4.attention.context,matmul,L x 768,0,
+54,encoder.layer.4.attention.output.dense,linear,L x 768,590592,
+55,encoder.layer.4.attention.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+56,encoder.layer.4.intermediate.dense,linear,L x 3072,2362368,GELU input saved
+57,encoder.layer.4.intermediate.gelu,gelu,L x 3072,0,
+58,encoder.layer.4.output.dense,linear,L x 768,2360064,
+59,encoder.layer.4.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+60,encoder.layer.5.attention.self.query,linear,L x 768,590592,
+61,encoder.layer.5.attention.self.key,linear,L x 768,590592,
+62,encoder.layer.5.attention.self.value,linear,L x 768,590592,
+63,encoder.layer.5.attention.scores,matmul+softmax,12 x L x L,0,softmax result saved; dropout mask heads*L*L
+64,encoder.layer.5.attention.context,matmul,L x 768,0,
+65,encoder.layer.5.attention.output.dense,linear,L x 768,590592,
+66,encoder.layer.5.attention.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+67,encoder.layer.5.intermediate.dense,linear,L x 3072,2362368,GELU input saved
+68,encoder.layer.5.intermediate.gelu,gelu,L x 3072,0,
+69,encoder.layer.5.output.dense,linear,L x 768,2360064,
+70,encoder.layer.5.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+71,encoder.layer.6.attention.self.query,linear,L x 768,590592,
+72,encoder.layer.6.attention.self.key,linear,L x 768,590592,
+73,encoder.layer.6.attention.self.value,linear,L x 768,590592,
+74,encoder.layer.6.attention.scores,matmul+softmax,12 x L x L,0,softmax result saved; dropout mask heads*L*L
+75,encoder.layer.6.attention.context,matmul,L x 768,0,
+76,encoder.layer.6.attention.output.dense,linear,L x 768,590592,
+77,encoder.layer.6.attention.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+78,encoder.layer.6.intermediate.dense,linear,L x 3072,2362368,GELU input saved
+79,encoder.layer.6.intermediate.gelu,gelu,L x 3072,0,
+80,encoder.layer.6.output.dense,linear,L x 768,2360064,
+81,encoder.layer.6.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+82,encoder.layer.7.attention.self.query,linear,L x 768,590592,
+83,encoder.layer.7.attention.self.key,linear,L x 768,590592,
+84,encoder.layer.7.attention.self.value,linear,L x 768,590592,
+85,encoder.layer.7.attention.scores,matmul+softmax,12 x L x L,0,softmax result saved; dropout mask heads*L*L
+86,encoder.layer.7.attention.context,matmul,L x 768,0,
+87,encoder.layer.7.attention.output.dense,linear,L x 768,590592,
+88,encoder.layer.7.attention.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+89,encoder.layer.7.intermediate.dense,linear,L x 3072,2362368,GELU input saved
+90,encoder.layer.7.intermediate.gelu,gelu,L x 3072,0,
+91,encoder.layer.7.output.dense,linear,L x 768,2360064,
+92,encoder.layer.7.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+93,encoder.layer.8.attention.self.query,linear,L x 768,590592,
+94,encoder.layer.8.attention.self.key,linear,L x 768,590592,
+95,encoder.layer.8.attention.self.value,linear,L x 768,590592,
+96,encoder.layer.8.attention.scores,matmul+softmax,12 x L x L,0,softmax result saved; dropout mask heads*L*L
+97,encoder.layer.8.attention.context,matmul,L x 768,0,
+98,encoder.layer.8.attention.output.dense,linear,L x 768,590592,
+99,encoder.layer.8.attention.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+100,encoder.layer.8.intermediate.dense,linear,L x 3072,2362368,GELU input saved
+101,encoder.layer.8.intermediate.gelu,gelu,L x 3072,0,
+102,encoder.layer.8.output.dense,linear,L x 768,2360064,
+103,encoder.layer.8.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+104,encoder.layer.9.attention.self.query,linear,L x 768,590592,
+105,encoder.layer.9.attention.self.key,linear,L x 768,590592,
+106,encoder.layer.9.attention.self.value,linear,L x 768,590592,
+107,encoder.layer.9.attention.scores,matmul+softmax,12 x L x L,0,softmax result saved; dropout mask heads*L*L
+108,encoder.layer.9.attention.context,matmul,L x 768,0,
+109,encoder.layer.9.attention.output.dense,linear,L x 768,590592,
+110,encoder.layer.9.attention.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+111,encoder.layer.9.intermediate.dense,linear,L x 3072,2362368,GELU input saved
+112,encoder.layer.9.intermediate.gelu,gelu,L x 3072,0,
+113,encoder.layer.9.output.dense,linear,L x 768,2360064,
+114,encoder.layer.9.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+115,encoder.layer.10.attention.self.query,linear,L x 768,590592,
+116,encoder.layer.10.attention.self.key,linear,L x 768,590592,
+117,encoder.layer.10.attention.self.value,linear,L x 768,590592,
+118,encoder.layer.10.attention.scores,matmul+softmax,12 x L x L,0,softmax result saved; dropout mask heads*L*L
+119,encoder.layer.10.attention.context,matmul,L x 768,0,
+120,encoder.layer.10.attention.output.dense,linear,L x 768,590592,
+121,encoder.layer.10.attention.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+122,encoder.layer.10.intermediate.dense,linear,L x 3072,2362368,GELU input saved
+123,encoder.layer.10.intermediate.gelu,gelu,L x 3072,0,
+124,encoder.layer.10.output.dense,linear,L x 768,2360064,
+125,encoder.layer.10.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+126,encoder.layer.11.attention.self.query,linear,L x 768,590592,
+127,encoder.layer.11.attention.self.key,linear,L x 768,590592,
+128,encoder.layer.11.attention.self.value,linear,L x 768,590592,
+129,encoder.layer.11.attention.scores,matmul+softmax,12 x L x L,0,softmax result saved; dropout mask heads*L*L
+130,encoder.layer.11.attention.context,matmul,L x 768,0,
+131,encoder.layer.11.attention.output.dense,linear,L x 768,590592,
+132,encoder.layer.11.attention.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+133,encoder.layer.11.intermediate.dense,linear,L x 3072,2362368,GELU input saved
+134,encoder.layer.11.intermediate.gelu,gelu,L x 3072,0,
+135,encoder.layer.11.output.dense,linear,L x 768,2360064,
+136,encoder.layer.11.output.LayerNorm,layernorm,L x 768,1536,residual add before LN
+137,pooler.dense,linear,768,590592,tanh on [CLS])mgmcsv";
+
 }  // namespace mgm::detail

@@ -100,7 +100,7 @@ TEST_CASE("generator: the layer table reader names the line of bad input", "[gen
 }
 
 TEST_CASE("generator: the built-in tables have torchvision's parameter counts", "[generator]") {
-  REQUIRE(mgm::builtin_layer_tables().size() == 2);
+  REQUIRE(mgm::builtin_layer_tables().size() == 3);
   const auto r50 = mgm::builtin_layer_table("resnet50");
   const auto r152 = mgm::builtin_layer_table("resnet152");
   REQUIRE(r50.parameter_count() == 25'557'032);
@@ -239,6 +239,168 @@ TEST_CASE("generator: ResNet-152 is deeper than ResNet-50 at the same batch", "[
   REQUIRE(r152.size() == 1);
   REQUIRE(r152[0].allocations > 2 * r50[0].allocations);
   REQUIRE(r152[0].peak_bytes > r50[0].peak_bytes);
+}
+
+// ---- BERT-base -----------------------------------------------------------------------------------
+
+namespace {
+
+mgm::training_options bert_options(std::size_t batch, std::size_t seq, std::size_t iterations, bool persistent) {
+  auto o = options(batch, mgm::training_dtype::fp32, iterations, persistent);
+  o.sequence_length = seq;
+  o.optimizer = mgm::optimizer_kind::adam;
+  return o;
+}
+
+std::size_t live_bytes_at_end(const mgm::trace& t) {
+  std::unordered_map<std::uint64_t, std::size_t> live;
+  for (const auto& e : t.events) {
+    if (e.action == mgm::trace_event::action_type::allocate) live[e.pointer] = e.bytes;
+    else live.erase(e.pointer);
+  }
+  std::size_t total = 0;
+  for (const auto& [p, bytes] : live) total += bytes;
+  return total;
+}
+
+std::size_t allocations_of(const mgm::trace& t, std::size_t bytes) {
+  std::size_t count = 0;
+  for (const auto& e : t.events) count += e.action == mgm::trace_event::action_type::allocate && e.bytes == bytes ? 1 : 0;
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("generator: the BERT-base table (shapes in L) has 109,482,240 parameters", "[generator]") {
+  const auto bert = mgm::builtin_layer_table("bert-base");
+  REQUIRE(bert.parameter_count() == 109'482'240);
+  REQUIRE(bert.layers.size() == 138);
+  // BERT-base uncased: embeddings, 12 layers, pooler.
+  const std::size_t h = 768;
+  const std::size_t ffn = 3072;
+  const std::size_t embeddings = 30522 * h + 512 * h + 2 * h + 2 * h;
+  const std::size_t layer = 4 * (h * h + h) + 2 * h + (h * ffn + ffn) + (ffn * h + h) + 2 * h;
+  REQUIRE(bert.parameter_count() == embeddings + 12 * layer + (h * h + h));
+  // Shapes per sample in the sequence length.
+  const auto& scores = bert.layers[8];
+  REQUIRE(scores.name == "encoder.layer.0.attention.scores");
+  REQUIRE(scores.out_shape == "12 x L x L");
+  REQUIRE(scores.elems_per_sample(128) == 12 * 128 * 128);
+  REQUIRE(bert.layers[12].elems_per_sample(64) == 64 * ffn);  // intermediate.dense
+  REQUIRE(bert.layers.back().elems_per_sample(64) == h);      // pooler: the first token only
+  REQUIRE(bert.layers[4].saved_for_backward == "mask saved (bool, 1 B/elem)");  // the note column
+  const std::filesystem::path repo_copy = std::filesystem::path{__FILE__}.parent_path() / "../../data/arch/bert_base_layers.csv";
+  if (std::filesystem::exists(repo_copy)) {
+    REQUIRE(mgm::read_layer_table_file(repo_copy.string()).parameter_count() == 109'482'240);
+  }
+  // The shape format: a bad shape names its line; neither size column is an error.
+  const std::string bert_header = "idx,name,op,out_shape_per_sample,params,note\n";
+  REQUIRE(parse_line_of(bert_header + "0,e,embedding,L x 8,80,\n1,n,layernorm,L x y,16,\n") == 3);
+  REQUIRE(parse_line_of(bert_header + "0,e,embedding,L x 0,80,\n") == 2);
+  REQUIRE(parse_line_of(bert_header + "0,e,embedding,L x ,80,\n") == 2);
+  REQUIRE(parse_line_of("idx,name,op,params\n0,e,embedding,80\n") == 1);
+  // A table the BERT walk cannot follow, and a sequence length beyond the position embeddings.
+  REQUIRE_THROWS_AS(mgm::generate_training_trace(read(bert_header + "0,embeddings.word,embedding,L x 8,80,\n"), bert_options(2, 8, 1, false)),
+                    mgm::logic_error);
+  REQUIRE_THROWS_AS(mgm::generate_training_trace(bert, bert_options(2, 513, 1, false)), mgm::logic_error);
+  REQUIRE_THROWS_AS(mgm::generate_training_trace(bert, bert_options(2, 0, 1, false)), mgm::logic_error);
+}
+
+TEST_CASE("generator: BERT-base traces are deterministic, paired and replay on the sim", "[generator]") {
+  const auto bert = mgm::builtin_layer_table("bert-base");
+  const auto o = bert_options(4, 64, 2, true);
+  const auto a = mgm::generate_training_trace(bert, o);
+  const auto b = mgm::generate_training_trace(bert, o);
+  REQUIRE(a.name == "bert-base-bs4-fp32-L64");
+  REQUIRE(a.events.size() == b.events.size());
+  for (std::size_t i = 0; i < a.events.size(); ++i) {
+    REQUIRE(a.events[i].pointer == b.events[i].pointer);
+    REQUIRE(a.events[i].bytes == b.events[i].bytes);
+    REQUIRE(a.events[i].action == b.events[i].action);
+  }
+  REQUIRE(check_pairing(a) > 0);
+  // What stays live: the fp32 weights, and for all but the pooler (no gradient reaches it) `.grad`
+  // and Adam's two buffers; the position and token-type id buffers (int64, 512 each).
+  const double params = static_cast<double>(bert.parameter_count());
+  const double pooler = static_cast<double>(bert.layers.back().params);
+  REQUIRE(static_cast<double>(live_bytes_at_end(a)) == Approx(4.0 * (4.0 * params - 3.0 * pooler) + 2.0 * 512 * 8).epsilon(0.001));
+  const auto steps = mgm::training_step_stats(a, mgm::training_input_bytes(bert, o), mgm::training_step_markers(bert));
+  REQUIRE(steps.size() == 2);  // ids, mask and labels (all N·L int64) start one step
+  REQUIRE(mgm::training_step_markers(bert) == 3);
+  REQUIRE(mgm::training_step_markers(mgm::builtin_layer_table("resnet50")) == 1);
+
+  // Without persistent state every step is net zero and the same.
+  const auto off_options = bert_options(4, 64, 3, false);
+  const auto off = mgm::generate_training_trace(bert, off_options);
+  REQUIRE(check_pairing(off) == 0);
+  const auto off_steps = mgm::training_step_stats(off, mgm::training_input_bytes(bert, off_options), mgm::training_step_markers(bert));
+  REQUIRE(off_steps.size() == 3);
+  REQUIRE(off_steps[1].allocations == off_steps[2].allocations);
+  REQUIRE(off_steps[1].allocations == off_steps[1].frees);
+  REQUIRE(off_steps[2].allocated_bytes == steps[1].allocated_bytes);
+  REQUIRE(off_steps[2].allocations == steps[1].allocations);
+
+  // Half precision, AMP and model.half(), pairs too; AMP adds the weight casts.
+  auto half_options = off_options;
+  half_options.dtype = mgm::training_dtype::fp16;
+  const auto amp = mgm::generate_training_trace(bert, half_options);
+  REQUIRE(check_pairing(amp) == 0);
+  half_options.mixed_precision = false;
+  const auto pure = mgm::generate_training_trace(bert, half_options);
+  REQUIRE(check_pairing(pure) == 0);
+  REQUIRE(amp.events.size() > pure.events.size());
+
+  const auto c = a.compile();
+  mgm::replay_options ro;
+  ro.iterations = 1;
+  ro.capacity_bytes = std::size_t{16} << 30;
+  const auto direct = mgm::replay_on_sim(c, "direct", ro);
+  REQUIRE(direct.peak_live_bytes == c.peak_live_bytes);
+  const auto pool = mgm::replay_on_sim(c, "pool", ro);
+  REQUIRE(pool.peak_reserved_bytes >= c.peak_live_bytes);
+}
+
+TEST_CASE("generator: BERT-base scales with the batch and the sequence length", "[generator]") {
+  const auto bert = mgm::builtin_layer_table("bert-base");
+  const auto run = [&](std::size_t batch, std::size_t seq) {
+    auto o = bert_options(batch, seq, 1, false);
+    o.optimizer = mgm::optimizer_kind::sgd_momentum;  // in place: the step is activations and weight gradients
+    auto t = mgm::generate_training_trace(bert, o);
+    REQUIRE(check_pairing(t) == 0);
+    const auto s = mgm::training_step_stats(t, mgm::training_input_bytes(bert, o), mgm::training_step_markers(bert));
+    REQUIRE(s.size() == 1);
+    return std::make_pair(std::move(t), s.front());
+  };
+  const auto [t48, s48] = run(4, 48);
+  const auto [t96, s96] = run(4, 96);
+  const auto [t96b8, s96b8] = run(8, 96);
+  REQUIRE(s48.allocations == s96.allocations);  // the same ops
+  REQUIRE(s96.allocations == s96b8.allocations);
+  // Attention scores (N·12·L·L fp32): per layer 5 in forward (Q·Kᵀ, scaled, masked, softmax,
+  // dropout) and 4 gradients in backward; doubling L makes each 4 times bigger.
+  const auto scores = [](std::size_t batch, std::size_t seq) { return batch * 12 * seq * seq * 4; };
+  REQUIRE(allocations_of(t48, scores(4, 48)) == 12 * 9);
+  REQUIRE(allocations_of(t96, scores(4, 96)) == 12 * 9);
+  REQUIRE(allocations_of(t96, scores(4, 96) / 4) == 12);  // the probabilities' dropout masks (bool)
+  REQUIRE(scores(4, 96) == 4 * scores(4, 48));
+  // The rest grows linearly with the tokens; with the L² scores, doubling L more than doubles the
+  // step, and doubling the batch doubles what is not fixed.
+  const auto ratio = [](std::size_t x, std::size_t y) { return static_cast<double>(x) / static_cast<double>(y); };
+  // What does not grow with the batch: the weight gradients (the word embeddings' twice: decoder and
+  // lookup), and the position lookup and its gradient summed over the batch (L·H each).
+  const auto fixed = [&](std::size_t seq) {
+    return 4.0 * static_cast<double>(bert.parameter_count() - bert.layers.back().params + 30522 * 768 + 2 * seq * 768);
+  };
+  const auto growing = [&](const mgm::step_stats& s, std::size_t seq) { return static_cast<double>(s.allocated_bytes) - fixed(seq); };
+  REQUIRE(growing(s96, 96) / growing(s48, 48) > 2.0);
+  REQUIRE(ratio(s96.peak_bytes, s48.peak_bytes) > 1.5);  // the peak holds the fixed 94-MB word-embedding gradient
+  REQUIRE(growing(s96b8, 96) / growing(s96, 96) == Approx(2.0).epsilon(0.01));
+  REQUIRE(ratio(s96b8.peak_bytes, s96.peak_bytes) == Approx(2.0).epsilon(0.05));
+  // Without the L² part (per layer 9 of N·12·L²·4 B and the bool mask, a quarter of one) the step
+  // grows linearly with L too.
+  const double l2_48 = 9.25 * 12.0 * static_cast<double>(scores(4, 48));
+  const double l2_96 = 9.25 * 12.0 * static_cast<double>(scores(4, 96));
+  REQUIRE((growing(s96, 96) - l2_96) / (growing(s48, 48) - l2_48) == Approx(2.0).epsilon(0.01));
 }
 
 // ---- the real trace (label realdata; skipped when ../shared/data is absent) ----------------------
