@@ -63,12 +63,7 @@ class cub_device_target final : public replay_target {
     bind();
     void* p = nullptr;
     const cudaError_t status = allocator_->DeviceAllocate(device_.value(), &p, bytes, s.get());
-    if (status == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      throw out_of_memory{"cub::CachingDeviceAllocator: out of memory allocating " + std::to_string(bytes) + " bytes", bytes};
-    }
-    if (status != cudaSuccess) throw cuda_error{status, "cub::CachingDeviceAllocator::DeviceAllocate failed"};
-    return p;
+    return cub_allocation(status, p, bytes);
   }
   void deallocate(void* p, std::size_t, stream_ref) noexcept override {
     bind();
@@ -87,6 +82,15 @@ class cub_device_target final : public replay_target {
 };
 
 }  // namespace
+
+void* cub_allocation(cudaError_t status, void* p, std::size_t bytes) {
+  if (status == cudaSuccess) return p;
+  (void)cudaGetLastError();  // the real runtime's: CUB may have left its error there
+  if (status == cudaErrorMemoryAllocation) {
+    throw out_of_memory{"cub::CachingDeviceAllocator: out of memory allocating " + std::to_string(bytes) + " bytes", bytes};
+  }
+  throw cuda_error{status, "cub::CachingDeviceAllocator::DeviceAllocate failed"};
+}
 
 std::unique_ptr<replay_target> make_cub_device_target(device_id d, upstream_counters& counters) {
   return std::make_unique<cub_device_target>(d, counters);

@@ -113,12 +113,7 @@ class cub_target final : public replay_target {
     bind();
     void* p = nullptr;
     const cudaError_t status = allocator_->DeviceAllocate(device_.value(), &p, bytes, s.get());
-    if (status == cudaErrorMemoryAllocation) {
-      throw out_of_memory{"cub::CachingDeviceAllocator: out of memory allocating " + std::to_string(bytes) + " bytes",
-                          bytes};
-    }
-    if (status != cudaSuccess) throw cuda_error{status, "cub::CachingDeviceAllocator::DeviceAllocate failed"};
-    return p;
+    return cub_allocation(status, p, bytes);
   }
   void deallocate(void* p, std::size_t, stream_ref) noexcept override {
     bind();

@@ -246,6 +246,33 @@ std::vector<std::size_t> param_tensors(const layer_row& r) {
   return {r.params};
 }
 
+// optimizer.step() for one parameter tensor of `elems` elements, kept in `master_e`-byte elements.
+// On the first step with persistent state the optimizer creates its state: SGD's momentum_buffer
+// = clone(grad), Adam's exp_avg and exp_avg_sq = zeros_like(param), each kept. Every Adam step
+// computes denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps): two temporaries
+// (AdamW's decoupled weight decay, p.mul_(1 - lr*wd), is in place). SGD-momentum without weight
+// decay (buf.mul_(m).add_(grad); p.add_(buf, alpha=-lr)) allocates nothing.
+void optimizer_step(emitter& em, const training_options& o, std::size_t elems, std::size_t master_e, bool first) {
+  if (o.persistent_state && first) {
+    const int buffers = o.optimizer == optimizer_kind::adam ? 2 : 1;
+    for (int k = 0; k < buffers; ++k) em.alloc(elems * master_e, 1);
+  }
+  if (o.optimizer == optimizer_kind::adam) {
+    const auto root = em.alloc(elems * master_e);
+    const auto denom = em.alloc(elems * master_e);
+    em.free(root);
+    em.free(denom);
+  }
+}
+
+// The training loop's variables (x, y, out, loss...): rebinding one drops the previous step's tensor.
+void rebind(emitter& em, std::vector<tensor_id>& loop, std::size_t k, tensor_id id) {
+  if (loop.size() <= k) loop.resize(k + 1, no_tensor);
+  const auto old = loop[k];
+  loop[k] = id;
+  em.release(old);
+}
+
 class training_model {
  public:
   training_model(const layer_table& table, const training_options& o, trace& t)
@@ -575,31 +602,12 @@ class training_model {
 
     // ---- optimizer.step() ----
     for (const auto& r : table_.layers) {
-      for (auto p : param_tensors(r)) {
-        if (o_.persistent_state && first) {
-          // SGD: momentum_buffer = clone(grad); Adam: exp_avg, exp_avg_sq = zeros_like(param).
-          const int buffers = o_.optimizer == optimizer_kind::adam ? 2 : 1;
-          for (int k = 0; k < buffers; ++k) em_.alloc(p * master_e_, 1);
-        }
-        if (o_.optimizer == optimizer_kind::adam) {
-          // denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps): two temporaries.
-          const auto root = em_.alloc(p * master_e_);
-          const auto denom = em_.alloc(p * master_e_);
-          em_.free(root);
-          em_.free(denom);
-        }
-        // SGD-momentum (no weight decay): buf.mul_(m).add_(grad); p.add_(buf, alpha=-lr): in place.
-      }
+      for (auto p : param_tensors(r)) optimizer_step(em_, o_, p, master_e_, first);
     }
   }
 
-  // The loop's variables x, y, out, loss: rebinding one drops the previous step's tensor.
-  void replace_loop(std::size_t k, tensor_id id) {
-    if (loop_.size() < 4) loop_.resize(4, no_tensor);
-    const auto old = loop_[k];
-    loop_[k] = id;
-    em_.release(old);
-  }
+  // The loop's variables: 0 x, 1 y, 2 out, 3 loss.
+  void replace_loop(std::size_t k, tensor_id id) { rebind(em_, loop_, k, id); }
 
   const layer_table& table_;
   const training_options& o_;
@@ -1109,31 +1117,13 @@ class bert_model {
     // ---- optimizer.step(): every parameter with a gradient (not the pooler's) ----
     for (const auto& r : table_.layers) {
       if (&r == rows_.pooler) continue;
-      for (auto p : bert_param_tensors(r)) {
-        if (o_.persistent_state && first) {
-          const int buffers = o_.optimizer == optimizer_kind::adam ? 2 : 1;
-          for (int k = 0; k < buffers; ++k) em_.alloc(p * master_e_, 1);
-        }
-        if (o_.optimizer == optimizer_kind::adam) {
-          // As for ResNet: denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps). AdamW's
-          // decoupled weight decay (p.mul_(1 - lr·wd)) is in place.
-          const auto root = em_.alloc(p * master_e_);
-          const auto denom = em_.alloc(p * master_e_);
-          em_.free(root);
-          em_.free(denom);
-        }
-      }
+      for (auto p : bert_param_tensors(r)) optimizer_step(em_, o_, p, master_e_, first);
     }
   }
 
   // The loop's references: 0-2 the batch (ids, mask, labels), 3 logits, 4 loss, 5 pooled output,
   // 6 the encoder output the pooler's graph holds.
-  void replace_loop(std::size_t k, tensor_id id) {
-    if (loop_.size() < 7) loop_.resize(7, no_tensor);
-    const auto old = loop_[k];
-    loop_[k] = id;
-    em_.release(old);
-  }
+  void replace_loop(std::size_t k, tensor_id id) { rebind(em_, loop_, k, id); }
 
   const layer_table& table_;
   bert_rows rows_;

@@ -54,6 +54,10 @@ std::chrono::nanoseconds replay_ops(const compiled_trace& t, replay_target& targ
 /// CUB's CachingDeviceAllocator with its CUDA calls redirected to the simulator (cub_target.cpp).
 std::unique_ptr<replay_target> make_cub_target(sim::machine& m, device_id d);
 
+/// `p` when CUB's `DeviceAllocate` returned `status` == cudaSuccess; else mgm::out_of_memory (for
+/// cudaErrorMemoryAllocation, naming `bytes`) or mgm::cuda_error. Shared by both CUB targets.
+void* cub_allocation(cudaError_t status, void* p, std::size_t bytes);
+
 /// What CUB's allocator asked the real driver for, on a GPU.
 struct upstream_counters {
   std::uint64_t mallocs{0};

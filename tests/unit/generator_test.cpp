@@ -65,6 +65,22 @@ mgm::training_options options(std::size_t batch, mgm::training_dtype dtype, std:
 
 }  // namespace
 
+namespace {
+
+// A generated trace replays on a simulated 16 GiB GPU: through cudaMalloc per tensor with exactly
+// its live peak, and through the pool with at least that reserved.
+void replays_on_the_sim(const mgm::compiled_trace& c) {
+  mgm::replay_options ro;
+  ro.iterations = 1;
+  ro.capacity_bytes = std::size_t{16} << 30;
+  const auto direct = mgm::replay_on_sim(c, "direct", ro);
+  REQUIRE(direct.peak_live_bytes == c.peak_live_bytes);
+  const auto pool = mgm::replay_on_sim(c, "pool", ro);
+  REQUIRE(pool.peak_reserved_bytes >= c.peak_live_bytes);
+}
+
+}  // namespace
+
 TEST_CASE("generator: the layer table reader takes good input", "[generator]") {
   const auto t = read(std::string{header} +
                       "0,input,input,3,3,0,0,4,4,48,0,0,yes\r\n"
@@ -139,13 +155,7 @@ TEST_CASE("generator: traces are deterministic, paired, rounded to 512 B and rep
   REQUIRE(back.events.size() == a.events.size());
   REQUIRE(back.compile().peak_live_bytes == c.peak_live_bytes);
 
-  mgm::replay_options ro;
-  ro.iterations = 1;
-  ro.capacity_bytes = std::size_t{16} << 30;
-  const auto direct = mgm::replay_on_sim(c, "direct", ro);
-  REQUIRE(direct.peak_live_bytes == c.peak_live_bytes);
-  const auto pool = mgm::replay_on_sim(c, "pool", ro);
-  REQUIRE(pool.peak_reserved_bytes >= c.peak_live_bytes);
+  replays_on_the_sim(c);
 }
 
 TEST_CASE("generator: persistent state on and off", "[generator]") {
@@ -351,13 +361,7 @@ TEST_CASE("generator: BERT-base traces are deterministic, paired and replay on t
   REQUIRE(amp.events.size() > pure.events.size());
 
   const auto c = a.compile();
-  mgm::replay_options ro;
-  ro.iterations = 1;
-  ro.capacity_bytes = std::size_t{16} << 30;
-  const auto direct = mgm::replay_on_sim(c, "direct", ro);
-  REQUIRE(direct.peak_live_bytes == c.peak_live_bytes);
-  const auto pool = mgm::replay_on_sim(c, "pool", ro);
-  REQUIRE(pool.peak_reserved_bytes >= c.peak_live_bytes);
+  replays_on_the_sim(c);
 }
 
 TEST_CASE("generator: BERT-base scales with the batch and the sequence length", "[generator]") {
