@@ -3,6 +3,8 @@
 #include <mgm/telemetry/log_format.hpp>
 #include <mgm/topology/topology.hpp>
 
+#include "shared_data.hpp"
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
@@ -52,17 +54,6 @@ result run_mgm(const std::string& args, const std::string& env = "") {
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
-}
-
-const char* shared_data() { return std::getenv("MGM_SHARED_DATA"); }
-
-bool have_data(const char* sub) {
-  const char* d = shared_data();
-  if (d == nullptr || !fs::exists(fs::path{d} / sub)) {
-    std::printf("MGM_SKIP: %s not found\n", sub);
-    return false;
-  }
-  return true;
 }
 
 std::size_t count(const std::string& text, const std::string& what) {
@@ -144,9 +135,10 @@ TEST_CASE("mgm status over NVML (the fake): every metric and the top processes",
 }
 
 TEST_CASE("mgm topo --file reproduces every real matrix", "[tool][realdata]") {
-  if (!have_data("topologies")) return;
+  const auto topologies = mgm_test::shared_data("topologies");
+  if (topologies.empty()) return;
   std::size_t files = 0;
-  for (const auto& e : fs::directory_iterator{fs::path{shared_data()} / "topologies"}) {
+  for (const auto& e : fs::directory_iterator{topologies}) {
     if (!e.is_regular_file()) continue;
     INFO(e.path().string());
     const auto original = mgm::parse_smi_topology(slurp(e.path()));
@@ -165,7 +157,7 @@ TEST_CASE("mgm topo --file reproduces every real matrix", "[tool][realdata]") {
   }
   CHECK(files == 11);
   // NCCL XML too, and bandwidths on request.
-  for (const auto& e : fs::directory_iterator{fs::path{shared_data()} / "topologies" / "nccl-xml"}) {
+  for (const auto& e : fs::directory_iterator{topologies / "nccl-xml"}) {
     INFO(e.path().string());
     const auto r = run_mgm("topo --bandwidth --file '" + e.path().string() + "'");
     CHECK(r.rc == 0);
@@ -227,8 +219,8 @@ TEST_CASE("mgm log stops cleanly on Ctrl-C (or SIGTERM) with the file complete",
 }
 
 TEST_CASE("mgm leak and mgm plot on real logs", "[tool][realdata]") {
-  if (!have_data("nvidia-smi")) return;
-  const auto smi = fs::path{shared_data()} / "nvidia-smi";
+  const auto smi = mgm_test::shared_data("nvidia-smi");
+  if (smi.empty()) return;
   const auto step = run_mgm("--json leak '" + (smi / "csv_rtx_24576mib_60s_stepwise_growth_rckola_076d3d9.csv").string() + "'");
   REQUIRE(step.rc == 0);
   const auto s = nlohmann::json::parse(step.out);

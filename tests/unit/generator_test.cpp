@@ -5,6 +5,8 @@
 #include <mgm/trace/replay.hpp>
 #include <mgm/trace/trace.hpp>
 
+#include "shared_data.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -410,13 +412,8 @@ TEST_CASE("generator: BERT-base scales with the batch and the sequence length", 
 // ---- the real trace (label realdata; skipped when ../shared/data is absent) ----------------------
 
 TEST_CASE("realdata: a generated ResNet-50 step is close to PyTorch's", "[realdata][generator]") {
-  const char* env = std::getenv("MGM_SHARED_DATA");
-  const std::filesystem::path file =
-      env != nullptr ? std::filesystem::path{env} / "traces/resnet50-bs32-v100/resnet50_bs32_w0.rmm_log.csv" : std::filesystem::path{};
-  if (file.empty() || !std::filesystem::exists(file)) {
-    WARN("MGM_SKIP: ../shared/data/traces/resnet50-bs32-v100 is absent");
-    return;
-  }
+  const auto file = mgm_test::shared_data("traces/resnet50-bs32-v100/resnet50_bs32_w0.rmm_log.csv");
+  if (file.empty()) return;
   const auto real_trace = mgm::read_rmm_csv_file(file.string());
   const auto real = mgm::training_step_stats(real_trace, real_trace.events.front().bytes);
   REQUIRE(real.size() == 6);

@@ -3,6 +3,8 @@
 #include <mgm/telemetry/leak_analysis.hpp>
 #include <mgm/telemetry/log_format.hpp>
 
+#include "shared_data.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -562,25 +564,17 @@ TEST_CASE("generated families: slope x noise x plateau x restarts x interval", "
 
 namespace {
 
-std::filesystem::path smi_logs() {
-  const char* env = std::getenv("MGM_SHARED_DATA");
-  return env != nullptr ? std::filesystem::path{env} / "nvidia-smi" : std::filesystem::path{};
-}
-
-std::vector<mgm::telemetry::gpu_leak_report> analyse_file(const char* name) {
-  return analyse_log(mgm::telemetry::read_gpu_log_file(smi_logs() / name));
+std::vector<mgm::telemetry::gpu_leak_report> analyse_file(const std::filesystem::path& dir, const char* name) {
+  return analyse_log(mgm::telemetry::read_gpu_log_file(dir / name));
 }
 
 }  // namespace
 
 TEST_CASE("realdata: verdicts on real nvidia-smi logs", "[leak][realdata]") {
-  const auto dir = smi_logs();
-  if (dir.empty() || !std::filesystem::exists(dir)) {
-    WARN("MGM_SKIP: ../shared/data/nvidia-smi is absent");
-    return;
-  }
+  const auto dir = mgm_test::shared_data("nvidia-smi");
+  if (dir.empty()) return;
   SECTION("warm-up then plateau: not a leak") {
-    const auto r = analyse_file("csv_rtx_24564mib_60s_warmup_plateau_rckola_e21ca9c.csv");
+    const auto r = analyse_file(dir, "csv_rtx_24564mib_60s_warmup_plateau_rckola_e21ca9c.csv");
     REQUIRE(r.size() == 1);
     INFO(r[0].report.explanation);
     CHECK(r[0].report.verdict == leak_verdict::growth_then_plateau);
@@ -590,7 +584,7 @@ TEST_CASE("realdata: verdicts on real nvidia-smi logs", "[leak][realdata]") {
     CHECK(r[0].report.runs[0].end_level_mib == 13854.0);
   }
   SECTION("step-wise creep after the warm-up: a slow leak") {
-    const auto r = analyse_file("csv_rtx_24576mib_60s_stepwise_growth_rckola_076d3d9.csv");
+    const auto r = analyse_file(dir, "csv_rtx_24576mib_60s_stepwise_growth_rckola_076d3d9.csv");
     REQUIRE(r.size() == 1);
     INFO(r[0].report.explanation);
     CHECK(r[0].report.verdict == leak_verdict::leak);
@@ -599,7 +593,7 @@ TEST_CASE("realdata: verdicts on real nvidia-smi logs", "[leak][realdata]") {
     CHECK(r[0].report.rate_mib_per_min == Approx(4.18).margin(0.01));
   }
   SECTION("a job starts and ends: not a leak") {
-    const auto r = analyse_file("csv_v100s_pcie_1s_memramp_miris.csv");
+    const auto r = analyse_file(dir, "csv_v100s_pcie_1s_memramp_miris.csv");
     REQUIRE(r.size() == 1);
     INFO(r[0].report.explanation);
     CHECK(r[0].report.verdict == leak_verdict::no_growth);
@@ -608,7 +602,7 @@ TEST_CASE("realdata: verdicts on real nvidia-smi logs", "[leak][realdata]") {
     CHECK(r[0].report.runs[0].median_mib == 1094.0);
   }
   SECTION("process restarts on GPU0, GPU1 idle") {
-    const auto r = analyse_file("csv_rtx4090_rtx4080_2gpu_30s_nounits_baikal.csv");
+    const auto r = analyse_file(dir, "csv_rtx4090_rtx4080_2gpu_30s_nounits_baikal.csv");
     REQUIRE(r.size() == 2);
     INFO(r[0].report.explanation);
     CHECK(r[0].report.verdict == leak_verdict::restarted);

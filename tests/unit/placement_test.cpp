@@ -6,6 +6,8 @@
 #include <mgm/placement/placement_policy.hpp>
 #include <mgm/sim/machine.hpp>
 
+#include "shared_data.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -62,12 +64,8 @@ TEST_CASE("placement: on the DGX-1, NV2 peers before NV1 peers, never a SYS peer
 }
 
 TEST_CASE("realdata: placement on the real DGX-1, PCIe boxes and NV18 machines", "[realdata][placement]") {
-  const char* env = std::getenv("MGM_SHARED_DATA");
-  const std::filesystem::path dir = env != nullptr ? std::filesystem::path{env} / "topologies" : std::filesystem::path{};
-  if (dir.empty() || !std::filesystem::exists(dir)) {
-    WARN("MGM_SKIP: ../shared/data/topologies is absent");
-    return;
-  }
+  const auto dir = mgm_test::shared_data("topologies");
+  if (dir.empty()) return;
   const auto dgx1 = mgm::parse_smi_topology(slurp(dir / "topo_dgx1_v100_8gpu_hybridcubemesh_oneflow_dlperf.txt"));
   const auto d = mgm::rank_placements(dgx1, full_reader(dgx1, device_id{0}, GiB));
   REQUIRE(where(d) == std::vector<std::string>{"GPU3", "GPU4", "GPU1", "GPU2", "host"});

@@ -3,6 +3,8 @@
 #include <mgm/error.hpp>
 #include <mgm/telemetry/log_format.hpp>
 
+#include "shared_data.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -37,11 +39,6 @@ log_read_options strict() {
   log_read_options o;
   o.strict = true;
   return o;
-}
-
-std::filesystem::path shared(const char* sub) {
-  const char* env = std::getenv("MGM_SHARED_DATA");
-  return env != nullptr ? std::filesystem::path{env} / sub : std::filesystem::path{};
 }
 
 std::set<std::string> keys(const gpu_log& log) {
@@ -626,11 +623,8 @@ TEST_CASE("prometheus: HELP and TYPE once per metric, labelled series, escaped l
 // ---------------------------------------------------------------------------------------------
 
 TEST_CASE("realdata: every nvidia-smi CSV reads with the values it shows", "[telemetry][realdata]") {
-  const auto dir = shared("nvidia-smi");
-  if (dir.empty() || !std::filesystem::exists(dir)) {
-    WARN("MGM_SKIP: ../shared/data/nvidia-smi is absent");
-    return;
-  }
+  const auto dir = mgm_test::shared_data("nvidia-smi");
+  if (dir.empty()) return;
   std::size_t csv_files = 0;
   for (const auto& e : std::filesystem::directory_iterator{dir}) csv_files += e.path().extension() == ".csv" ? 1 : 0;
   REQUIRE(csv_files == 7);  // a new file needs its expected values here
@@ -750,11 +744,8 @@ TEST_CASE("realdata: every nvidia-smi CSV reads with the values it shows", "[tel
 }
 
 TEST_CASE("realdata: every GPU-Z sensor log reads with the values it shows", "[telemetry][realdata]") {
-  const auto dir = shared("gpuz");
-  if (dir.empty() || !std::filesystem::exists(dir)) {
-    WARN("MGM_SKIP: ../shared/data/gpuz is absent");
-    return;
-  }
+  const auto dir = mgm_test::shared_data("gpuz");
+  if (dir.empty()) return;
   std::size_t files = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator{dir}) ++files;
   REQUIRE(files == 4);  // a new file needs its expected values here
@@ -824,11 +815,8 @@ TEST_CASE("realdata: every GPU-Z sensor log reads with the values it shows", "[t
 }
 
 TEST_CASE("realdata: real logs written by our sinks read back the same", "[telemetry][realdata]") {
-  const auto dir = shared("nvidia-smi");
-  if (dir.empty() || !std::filesystem::exists(dir)) {
-    WARN("MGM_SKIP: ../shared/data/nvidia-smi is absent");
-    return;
-  }
+  const auto dir = mgm_test::shared_data("nvidia-smi");
+  if (dir.empty()) return;
   const auto log = read_gpu_log_file(dir / "csv_rtx4090_rtx4080_2gpu_30s_nounits_baikal.csv");
   std::ostringstream csv;
   std::ostringstream jsonl;

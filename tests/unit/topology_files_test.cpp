@@ -3,6 +3,8 @@
 #include <mgm/error.hpp>
 #include <mgm/topology/topology.hpp>
 
+#include "shared_data.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -66,19 +68,11 @@ std::string slurp(const std::filesystem::path& p) {
   return s.str();
 }
 
-std::filesystem::path topologies() {
-  const char* env = std::getenv("MGM_SHARED_DATA");
-  return env != nullptr ? std::filesystem::path{env} / "topologies" : std::filesystem::path{};
-}
-
 }  // namespace
 
 TEST_CASE("realdata: every nvidia-smi topo -m file parses to the values it shows", "[realdata][topology]") {
-  const auto dir = topologies();
-  if (dir.empty() || !std::filesystem::exists(dir)) {
-    WARN("MGM_SKIP: ../shared/data/topologies is absent");
-    return;
-  }
+  const auto dir = mgm_test::shared_data("topologies");
+  if (dir.empty()) return;
   std::size_t checked = 0;
   for (const auto& e : files()) {
     INFO(e.file);
@@ -110,11 +104,8 @@ TEST_CASE("realdata: every nvidia-smi topo -m file parses to the values it shows
 }
 
 TEST_CASE("realdata: details the topology files show", "[realdata][topology]") {
-  const auto dir = topologies();
-  if (dir.empty() || !std::filesystem::exists(dir)) {
-    WARN("MGM_SKIP: ../shared/data/topologies is absent");
-    return;
-  }
+  const auto dir = mgm_test::shared_data("topologies");
+  if (dir.empty()) return;
   const auto gh = mgm::parse_smi_topology(slurp(dir / "topo_hpe_cray_ex_4x_gh200_nv6_gpunumaid_hpcaienvs.txt"));
   REQUIRE(gh.gpu(device_id{0}).numa_affinity == "0,5-11");
   REQUIRE(gh.gpu(device_id{3}).gpu_numa_id == 28);
@@ -195,11 +186,8 @@ std::vector<const char*> labels(std::size_t n, const std::function<const char*(s
 }  // namespace
 
 TEST_CASE("realdata: the Azure NCCL topology files", "[realdata][topology][xml]") {
-  const auto dir = topologies();
-  if (dir.empty() || !std::filesystem::exists(dir / "nccl-xml")) {
-    WARN("MGM_SKIP: ../shared/data/topologies/nccl-xml is absent");
-    return;
-  }
+  const auto dir = mgm_test::shared_data("topologies");
+  if (dir.empty() || mgm_test::shared_data("topologies/nccl-xml").empty()) return;
   // Written from the files: ND v2 puts GPUs 0001-0004 under CPU 0 and 0005-0008 under CPU 1,
   // straight on the CPU; ND v4 pairs two GPUs (and two NICs) under a bridge on each of 4 NUMA
   // nodes (0003/0004 on node 0, 0001/0002 on 1, 000d/000e on 2, 000b/000c on 3); ND v5 gives each

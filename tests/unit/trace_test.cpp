@@ -5,6 +5,8 @@
 #include <mgm/trace/replay.hpp>
 #include <mgm/trace/trace.hpp>
 
+#include "shared_data.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -162,19 +164,9 @@ TEST_CASE("replay: the six-event trace has the answers worked out by hand", "[tr
 
 // ---- real traces (label realdata; skipped when ../shared/data is absent) ------------------------
 
-namespace {
-std::filesystem::path shared_traces() {
-  const char* env = std::getenv("MGM_SHARED_DATA");
-  return env != nullptr ? std::filesystem::path{env} / "traces" : std::filesystem::path{};
-}
-}  // namespace
-
 TEST_CASE("realdata: every real trace replays at least as well as the calibration", "[realdata]") {
-  const auto dir = shared_traces();
-  if (dir.empty() || !std::filesystem::exists(dir)) {
-    WARN("MGM_SKIP: ../shared/data/traces is absent");
-    return;
-  }
+  const auto dir = mgm_test::shared_data("traces");
+  if (dir.empty()) return;
   // A model of PyTorch's caching allocator: reserved / live without a limit, and the fit; and
   // CUB's reserved / live (the calibration of ../shared issue 4).
   struct calibration {
