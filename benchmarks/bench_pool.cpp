@@ -60,14 +60,14 @@ void bm_random_pool(benchmark::State& state) {
   mgm::caching_pool<mgm::sim::device_allocator> pool{m.allocator(device_id{0}), mgm::pool_options{}};
   random_allocations(state, pool);
   state.counters["modelled_upstream_us_per_iteration"] =
-      m.modelled(device_id{0}).upstream_seconds() * 1e6 / static_cast<double>(state.iterations());
+      m.modelled(device_id{0}).total_seconds() * 1e6 / static_cast<double>(state.iterations());
 }
 void bm_random_direct(benchmark::State& state) {
   mgm::sim::machine m{mgm::sim::parse_device_list("80GiB")};
   auto direct = m.allocator(device_id{0});
   random_allocations(state, direct);
   state.counters["modelled_upstream_us_per_iteration"] =
-      m.modelled(device_id{0}).upstream_seconds() * 1e6 / static_cast<double>(state.iterations());
+      m.modelled(device_id{0}).total_seconds() * 1e6 / static_cast<double>(state.iterations());
 }
 // All blocks are live at once, so count x max / 2 must fit the simulated 80 GiB.
 void random_grid(benchmark::internal::Benchmark* b) {

@@ -63,7 +63,7 @@ int main(int argc, char** argv) try {
 
   std::printf("\nPer-device memory after allocating on every device:\n");
   std::printf("%-4s %-26s %12s %12s %12s %7s %12s %14s\n", "GPU", "name", "total", "used", "free", "allocs",
-              "clock", "cudaMalloc+Free");
+              "clock", "driver calls");
   for (int d = 0; d < m.device_count(); ++d) {
     const mgm::device_id gpu{d};
     const auto mem = m.memory(gpu);
@@ -71,9 +71,9 @@ int main(int argc, char** argv) try {
     std::printf("%-4d %-26s %12s %12s %12s %7zu %9.1f ms %11.2f ms\n", d, m.spec(gpu).name.c_str(),
                 mgm::format_bytes(mem.total_bytes).c_str(), mgm::format_bytes(mem.used_bytes).c_str(),
                 mgm::format_bytes(mem.free_bytes).c_str(), mem.live_allocations,
-                std::chrono::duration<double, std::milli>(m.now(gpu)).count(), cost.upstream_seconds() * 1e3);
+                std::chrono::duration<double, std::milli>(m.now(gpu)).count(), cost.total_seconds() * 1e3);
   }
-  std::printf("(clock: the device's virtual time; cudaMalloc+Free: modelled at 66 us and 42 us per call)\n");
+  std::printf("(clock: the device's virtual time; driver calls: every call priced by the typical cost model of research/driver-costs.md §3, modelled)\n");
 
   std::printf("\nPeer access, row -> column (CUDA's rules: NVLink, or PCIe below the CPU on boards that allow it):\n      ");
   auto peers = m.peers();

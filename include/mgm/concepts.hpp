@@ -53,8 +53,11 @@ concept stream_allocator =
 /// | `destroy_event(e)`        | `noexcept`                                                       |
 /// | `is_capturing(st)`        | a CUDA graph capture is under way on `st`: no event queries, no  |
 /// |                           | upstream calls may be made for it                                |
+/// | `exchange_capture_mode(m)`| sets the calling thread's capture mode, returns the previous one |
+/// |                           | (`cudaThreadExchangeStreamCaptureMode`; see `capture_mode`)      |
 template <class S>
-concept stream_ops = std::copyable<S> && requires(S& s, stream_ref st, typename S::event e, device_id d) {
+concept stream_ops = std::copyable<S> && requires(S& s, stream_ref st, typename S::event e, device_id d,
+                                                  capture_mode mode) {
   typename S::event;
   { s.create_event(d) } -> std::same_as<typename S::event>;
   s.record(e, st);
@@ -63,6 +66,7 @@ concept stream_ops = std::copyable<S> && requires(S& s, stream_ref st, typename 
   s.synchronize(e);
   { s.destroy_event(e) } noexcept;
   { s.is_capturing(st) } -> std::same_as<bool>;
+  { s.exchange_capture_mode(mode) } -> std::same_as<capture_mode>;
 };
 
 /// @brief Seam 2: virtual memory, for expandable segments (CUDA's `cuMem*` family).

@@ -37,4 +37,14 @@ class stream_ref {
   cudaStream_t stream_{nullptr};
 };
 
+/// @brief How a graph capture restricts "potentially unsafe" calls (`cudaMalloc`, `cudaFree`,
+/// event queries and synchronisation), as CUDA's `cudaStreamCaptureMode`:
+/// - `global`: the calling thread may not make them while it has a capture that was not begun
+///   in `relaxed` mode, nor while any other thread has a capture begun in `global` mode;
+/// - `local` (`cudaStreamCaptureModeThreadLocal`): only the calling thread's own captures count;
+/// - `relaxed`: nothing is prohibited.
+/// A thread's mode is exchanged with `stream_ops::exchange_capture_mode`; a capture's mode is
+/// given when it begins. A prohibited call fails and invalidates the captures it interferes with.
+enum class capture_mode : int { global = 0, local = 1, relaxed = 2 };
+
 }  // namespace mgm

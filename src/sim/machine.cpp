@@ -60,8 +60,13 @@ bool fault_state::should_fail() noexcept {
   return false;
 }
 
-machine_state::machine_state(std::vector<device_spec> specs, topology topo, std::string machine_name)
-    : name{std::move(machine_name)}, links{std::move(topo)}, serial{next_serial.fetch_add(1)} {
+machine_state::machine_state(std::vector<device_spec> specs, topology topo, std::string machine_name,
+                             machine_options options)
+    : name{std::move(machine_name)},
+      links{std::move(topo)},
+      costs{options.costs},
+      serial{next_serial.fetch_add(1)},
+      judging{options.oracle} {
   MGM_EXPECTS(!specs.empty(), "a simulated machine needs at least one device");
   MGM_EXPECTS(specs.size() <= max_devices,
               "a simulated machine holds at most " + std::to_string(max_devices) + " devices, not " +
@@ -86,10 +91,11 @@ machine_state::machine_state(std::vector<device_spec> specs, topology topo, std:
     devices.push_back(std::move(dev));
   }
   peer_enabled.assign(devices.size() * devices.size(), 0);
+  peer_ever.assign(devices.size() * devices.size(), 0);
 }
 
 machine_state::~machine_state() {
-  for (auto& [va, bytes] : reservations) ::munmap(reinterpret_cast<void*>(va), bytes);
+  for (auto& [va, r] : reservations) ::munmap(reinterpret_cast<void*>(va), r.first);
   for (auto& dev : devices) {
     ::munmap(dev->base, dev->capacity);
     for (auto& [p, mapping] : dev->overflow) ::munmap(mapping.first, mapping.second);
@@ -152,29 +158,37 @@ void* machine_state::allocate(device_id d, std::size_t bytes, std::size_t alignm
   mgm::detail::check_alignment(alignment, max_alignment, "sim::device_allocator");
   device_state& dev = device(d);
   if (bytes == 0) return nullptr;
-  const std::lock_guard lock{dev.mutex};
-  check_alive(dev, d);
   if (stream != nullptr) {
     const stream_key key = decode(*stream, d);
-    MGM_EXPECTS(key.device == d.index() && key.index < dev.streams.size(),
-                "allocate_async on " + describe(d) + " was given a stream of another device");
-    if (dev.streams[key.index].capturing) [[unlikely]] {
-      throw cuda_error{cudaErrorStreamCaptureUnsupported,
-                       describe(d) + ": cudaMalloc on a stream that is capturing a graph: cudaErrorStreamCaptureUnsupported"};
+    bool alive = false;
+    std::uint32_t generation = 0;
+    {
+      const std::lock_guard lock{dev.mutex};
+      MGM_EXPECTS(key.device == d.index() && key.index < dev.streams.size(),
+                  "allocate_async on " + describe(d) + " was given a stream of another device");
+      alive = dev.streams[key.index].alive;
+      generation = dev.streams[key.index].generation;
     }
-  } else if (dev.capturing != 0) [[unlikely]] {
-    throw cuda_error{cudaErrorStreamCaptureUnsupported,
-                     describe(d) + ": cudaMalloc while a stream of the device is capturing a graph: "
-                                   "cudaErrorStreamCaptureUnsupported"};
+    if (!alive) [[unlikely]] {
+      report_dead_stream(d, make_stream_id(key.device, key.index, generation), "cudaMallocAsync");
+    }
   }
-  dev.costs.mallocs += 1;
-  dev.costs.upstream_time += costs.malloc;
-  if (dev.faults.should_fail()) throw_out_of_memory(dev, d, bytes, "allocating", true);
+  check_unsafe_call("cudaMalloc");
+  const std::size_t peers = peers_of(d);
+  const bookkeeping_timer timer{dev};
+  const std::lock_guard lock{dev.mutex};
+  check_alive(dev, d);
   std::size_t charged = 0;
+  if (dev.faults.should_fail()) {
+    charge(dev, driver_call::malloc, costs.malloc_us);
+    throw_out_of_memory(dev, d, bytes, "allocating", true);
+  }
   if (bytes > dev.capacity || !mgm::detail::round_up(bytes, allocation_granule, charged) ||
       charged > dev.capacity - dev.used) {
+    charge(dev, driver_call::malloc, costs.malloc_us);
     throw_out_of_memory(dev, d, bytes, "allocating", false);
   }
+  charge(dev, driver_call::malloc, costs.malloc_charge_us(charged, dev.used, dev.peak_used, peers));
   std::byte* p = nullptr;
   if (const auto offset = dev.space.allocate(charged, std::max(alignment, allocation_granule))) {
     p = dev.base + *offset;
@@ -200,6 +214,8 @@ void machine_state::deallocate(device_id d, void* p, std::size_t bytes, const st
   std::string report;
   try {
     device_state& dev = device(d);
+    check_unsafe_call("cudaFree");
+    const bookkeeping_timer timer{dev};
     const std::lock_guard lock{dev.mutex};
     if (stream != nullptr && stream->get() != nullptr) {
       const stream_key key = decode_strict(*stream);
@@ -249,8 +265,7 @@ void machine_state::deallocate(device_id d, void* p, std::size_t bytes, const st
           ::madvise(dev.base + first, last - first, MADV_DONTNEED);
         }
       }
-      dev.costs.frees += 1;
-      dev.costs.upstream_time += costs.free;
+      charge(dev, driver_call::free, costs.free_charge_us(charged));
       // cudaFree synchronises the device: the host waits for all of its work.
       for (const auto& s : dev.streams) dev.now_ns = std::max(dev.now_ns, s.tail_ns);
     }
@@ -318,22 +333,22 @@ topology default_links(const std::vector<device_spec>& specs) {
 }
 }  // namespace
 
-machine::machine(std::vector<device_spec> devices) {
+machine::machine(std::vector<device_spec> devices, machine_options options) {
   topology links = default_links(devices);
-  state_ = std::make_unique<detail::machine_state>(std::move(devices), std::move(links), "custom");
+  state_ = std::make_unique<detail::machine_state>(std::move(devices), std::move(links), "custom", options);
 }
-machine::machine(std::vector<device_spec> devices, topology links, std::string name)
-    : state_{std::make_unique<detail::machine_state>(std::move(devices), std::move(links), std::move(name))} {}
+machine::machine(std::vector<device_spec> devices, topology links, std::string name, machine_options options)
+    : state_{std::make_unique<detail::machine_state>(std::move(devices), std::move(links), std::move(name), options)} {}
 machine::~machine() = default;
 machine::machine(machine&&) noexcept = default;
 machine& machine::operator=(machine&&) noexcept = default;
 
-machine machine::from_string(std::string_view text) {
+machine machine::from_string(std::string_view text, machine_options options) {
   for (const auto name : preset_names()) {
-    if (text == name) return preset(name);
+    if (text == name) return preset(name, options);
   }
   try {
-    return machine{parse_device_list(text)};
+    return machine{parse_device_list(text), options};
   } catch (const parse_error& e) {
     std::string names;
     for (const auto n : preset_names()) names += (names.empty() ? "" : ", ") + std::string{n};
@@ -358,29 +373,7 @@ memory_info machine::memory(device_id d) const {
 }
 
 std::optional<device_id> machine::owner_of(const void* p) const noexcept {
-  const auto* b = static_cast<const std::byte*>(p);
-  {  // memory mapped through the virtual-memory seam belongs to its physical allocation's device
-    const auto addr = reinterpret_cast<std::uintptr_t>(p);
-    const std::lock_guard lock{state_->vmm_mutex};
-    if (auto m = state_->mappings.upper_bound(addr); m != state_->mappings.begin()) {
-      --m;
-      if (addr < m->first + m->second.bytes) {
-        const auto phys = state_->physical.find(m->second.handle);
-        if (phys != state_->physical.end()) return phys->second.device;
-      }
-    }
-  }
-  for (std::size_t i = 0; i < state_->devices.size(); ++i) {
-    const auto& dev = *state_->devices[i];
-    if (b >= dev.base && b < dev.base + dev.capacity) return device_id{static_cast<int>(i)};
-    const std::lock_guard lock{dev.mutex};
-    const auto addr = reinterpret_cast<std::uintptr_t>(p);
-    if (auto o = dev.overflow.upper_bound(addr); o != dev.overflow.begin()) {
-      const auto block = dev.live.find((--o)->first);
-      if (block != dev.live.end() && addr < block->first + block->second) return device_id{static_cast<int>(i)};
-    }
-  }
-  return std::nullopt;
+  return state_->owner_of(reinterpret_cast<std::uintptr_t>(p));
 }
 
 std::uint64_t machine::invalid_frees(device_id d) const {
@@ -393,9 +386,23 @@ stream_ref machine::create_stream(device_id d) {
   auto& dev = state_->device(d);
   const std::lock_guard lock{dev.mutex};
   state_->check_alive(dev, d);
-  MGM_EXPECTS(dev.streams.size() < 0xFFFFFFFFULL, "too many simulated streams");
-  dev.streams.push_back({dev.now_ns, false});
-  return state_->encode(static_cast<std::uint32_t>(d.index()), static_cast<std::uint32_t>(dev.streams.size() - 1));
+  std::uint32_t index = 0;
+  if (!dev.dead_streams.empty()) {  // CUDA may give a new stream a destroyed one's handle
+    index = dev.dead_streams.back();
+    dev.dead_streams.pop_back();
+    auto& st = dev.streams[index];
+    const std::uint32_t generation = st.generation + 1;
+    st = detail::stream_state{};
+    st.tail_ns = dev.now_ns;
+    st.generation = generation;
+  } else {
+    MGM_EXPECTS(dev.streams.size() < 0xFFFFFFFFULL, "too many simulated streams");
+    detail::stream_state st;
+    st.tail_ns = dev.now_ns;
+    dev.streams.push_back(std::move(st));
+    index = static_cast<std::uint32_t>(dev.streams.size() - 1);
+  }
+  return state_->encode(static_cast<std::uint32_t>(d.index()), index);
 }
 
 stream_ref machine::default_stream(device_id d) const {
@@ -412,11 +419,21 @@ void machine::enqueue(stream_ref s, std::chrono::nanoseconds work) {
   const auto key = state_->decode_strict(s);
   const device_id d{static_cast<int>(key.device)};
   auto& dev = state_->device(d);
-  const std::lock_guard lock{dev.mutex};
-  state_->check_alive(dev, d);
-  MGM_EXPECTS(key.index < dev.streams.size(), "unknown simulated stream");
-  auto& st = dev.streams[key.index];
-  st.tail_ns = std::max(st.tail_ns, dev.now_ns) + detail::to_ns(work);
+  detail::stream_id dead = 0;
+  {
+    const std::lock_guard lock{dev.mutex};
+    state_->check_alive(dev, d);
+    MGM_EXPECTS(key.index < dev.streams.size(), "unknown simulated stream");
+    auto& st = dev.streams[key.index];
+    if (!st.alive) [[unlikely]] {
+      dead = detail::make_stream_id(key.device, key.index, st.generation);
+    } else if (st.graph != 0) {
+      st.captured_ns += detail::to_ns(work);  // recorded into the graph: it runs when launched
+    } else {
+      st.tail_ns = std::max(st.tail_ns, dev.now_ns) + detail::to_ns(work);
+    }
+  }
+  if (dead != 0) [[unlikely]] state_->report_dead_stream(d, dead, "a kernel launch");
 }
 
 void machine::advance(device_id d, std::chrono::nanoseconds dt) {
@@ -434,28 +451,9 @@ std::chrono::nanoseconds machine::now(device_id d) const {
 
 void machine::synchronize(device_id d) {
   auto& dev = state_->device(d);
+  state_->check_unsafe_call("cudaDeviceSynchronize");
   const std::lock_guard lock{dev.mutex};
   for (const auto& s : dev.streams) dev.now_ns = std::max(dev.now_ns, s.tail_ns);
-}
-
-void machine::begin_capture(stream_ref s) {
-  const auto key = state_->decode_strict(s);
-  auto& dev = state_->device(device_id{static_cast<int>(key.device)});
-  const std::lock_guard lock{dev.mutex};
-  MGM_EXPECTS(key.index < dev.streams.size(), "unknown simulated stream");
-  MGM_EXPECTS(key.index != 0, "the default stream cannot be captured (as CUDA's legacy stream)");
-  MGM_EXPECTS(!dev.streams[key.index].capturing, "the stream is already capturing");
-  dev.streams[key.index].capturing = true;
-  ++dev.capturing;
-}
-
-void machine::end_capture(stream_ref s) {
-  const auto key = state_->decode_strict(s);
-  auto& dev = state_->device(device_id{static_cast<int>(key.device)});
-  const std::lock_guard lock{dev.mutex};
-  MGM_EXPECTS(key.index < dev.streams.size() && dev.streams[key.index].capturing, "the stream is not capturing");
-  dev.streams[key.index].capturing = false;
-  --dev.capturing;
 }
 
 sim::stream_ops machine::streams() const noexcept { return sim::stream_ops{state_.get()}; }
@@ -470,6 +468,9 @@ modelled_costs machine::modelled(device_id d) const {
   const auto& dev = state_->device(d);
   const std::lock_guard lock{dev.mutex};
   return dev.costs;
+}
+std::chrono::nanoseconds machine::bookkeeping(device_id d) const {
+  return std::chrono::nanoseconds{state_->device(d).bookkeeping_ns.load(std::memory_order_relaxed)};
 }
 
 // ---- device_allocator ----------------------------------------------------------------------

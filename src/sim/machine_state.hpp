@@ -1,21 +1,29 @@
 // The simulated machine's state. Private to src/sim: the public handles forward here.
 //
 // Locks: each device has its own mutex; the virtual-memory tables have `vmm_mutex`, the peer
-// table `peer_mutex`. Order: vmm_mutex, then a device mutex; a device mutex is never held
-// while taking another device's (cross-device calls take them one after the other).
+// table `peer_mutex`, graphs and captures `capture_mutex`, the judge's tables `oracle_mutex`.
+// Order: oracle_mutex, vmm_mutex, capture_mutex, then a device mutex; a device mutex is never
+// held while taking another device's (cross-device calls take them one after the other);
+// peer_mutex is taken before a device mutex and with no other lock held.
 #pragma once
 
 #include "address_space.hpp"
 
 #include <mgm/sim/cost_model.hpp>
 #include <mgm/sim/device_spec.hpp>
+#include <mgm/sim/hazard.hpp>
 #include <mgm/sim/machine.hpp>
+#include <mgm/sim/oracle.hpp>
 #include <mgm/stream.hpp>
 #include <mgm/topology/topology.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <thread>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,15 +32,46 @@
 
 namespace mgm::sim::detail {
 
+// "0x7f00..." for messages.
+[[nodiscard]] std::string hex(std::uintptr_t v);
+// The calling thread's capture mode (seams.cpp).
+[[nodiscard]] capture_mode current_capture_mode() noexcept;
+
+// A stream as the judge names it: device, index and generation (a destroyed stream's index
+// is reused with the next generation, so a new stream never passes for the old one).
+using stream_id = std::uint64_t;
+constexpr stream_id make_stream_id(std::uint32_t device, std::uint32_t index, std::uint32_t generation) noexcept {
+  return (std::uint64_t{generation & 0xFFFFFFu} << 40) | (std::uint64_t{device & 0xFFu} << 32) | index;
+}
+constexpr std::uint32_t device_of_id(stream_id s) noexcept { return static_cast<std::uint32_t>((s >> 32) & 0xFFu); }
+constexpr std::uint32_t index_of_id(stream_id s) noexcept { return static_cast<std::uint32_t>(s & 0xFFFFFFFFu); }
+
+// The latest point of another stream's work that this stream's (or event's) later work is
+// ordered after: a vector clock, kept only while the judge is on.
+struct clock_entry {
+  stream_id stream;
+  std::int64_t ns;
+};
+using vector_clock = std::vector<clock_entry>;
+void merge(vector_clock& into, const vector_clock& from);
+void advance_to(vector_clock& c, stream_id s, std::int64_t ns);
+[[nodiscard]] std::int64_t known(const vector_clock& c, stream_id s) noexcept;  // INT64_MIN: none
+
 struct stream_state {
   std::int64_t tail_ns{0};
-  bool capturing{false};
+  bool alive{true};
+  std::uint32_t generation{0};
+  std::uint64_t graph{0};         // non-zero: capturing into this graph
+  std::int64_t captured_ns{0};    // work enqueued during the capture (the graph's duration)
+  vector_clock clock;
 };
 
 struct event_state {
   std::int64_t stamp_ns{0};
   bool recorded{false};
   bool live{false};
+  stream_id source{0};
+  vector_clock clock;
 };
 
 struct fault_state {
@@ -62,11 +101,75 @@ struct device_state {
   std::uint64_t invalid_frees{0};
   std::int64_t now_ns{0};
   std::vector<stream_state> streams{1};  // [0] is the default stream
-  std::size_t capturing{0};
+  std::vector<std::uint32_t> dead_streams;  // indices a new stream reuses, as CUDA reuses handles
   std::vector<event_state> events;
   std::vector<std::uint32_t> free_events;
   fault_state faults;
   modelled_costs costs;
+  std::atomic<std::int64_t> bookkeeping_ns{0};
+};
+
+// Measures the host time of one call whose time is modelled, into its device's bookkeeping.
+class bookkeeping_timer {
+ public:
+  explicit bookkeeping_timer(device_state& dev) noexcept : dev_{dev}, start_{std::chrono::steady_clock::now()} {}
+  ~bookkeeping_timer() {
+    const auto dt = std::chrono::steady_clock::now() - start_;
+    dev_.bookkeeping_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(dt).count(),
+                                  std::memory_order_relaxed);
+  }
+  bookkeeping_timer(const bookkeeping_timer&) = delete;
+  bookkeeping_timer& operator=(const bookkeeping_timer&) = delete;
+
+ private:
+  device_state& dev_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// ---- graphs and captures (capture_mutex) ----
+
+struct graph_state {
+  std::uint32_t device{0};
+  stream_id stream{0};           // the capturing stream
+  capture_mode mode{capture_mode::global};
+  std::thread::id thread;
+  bool capturing{true};
+  bool invalidated{false};
+  bool destroyed{false};
+  std::int64_t duration_ns{0};
+  bool launched{false};
+  stream_id last_stream{0};      // the last launch: its stream and when it ends
+  std::int64_t last_until_ns{0};
+  std::vector<std::pair<std::uintptr_t, std::size_t>> ranges;  // what the capture allocated or freed
+};
+
+// ---- the judge's tables (oracle_mutex) ----
+
+// One use of a range that may not have ended: work on `stream` up to `until_ns` on its device's
+// clock, or (`graph` != 0) a graph's, until it is destroyed and its last launch ends.
+struct range_use {
+  stream_id stream{0};
+  std::int64_t until_ns{0};
+  std::uint64_t graph{0};
+};
+
+// Who a range is handed to: the host, or work on a stream (inside a capture when graph != 0).
+struct range_user {
+  bool host{false};
+  std::uint32_t device{0};
+  stream_id stream{0};
+  std::uint64_t graph{0};
+  std::int64_t start_ns{0};  // when its work may start: the host's now, or the stream's tail
+  vector_clock clock;        // the stream's clock (empty for the host)
+};
+
+struct tracked_range {
+  std::size_t bytes{0};
+  std::uint32_t device{0};
+  bool live{false};
+  range_user holder;              // live: to whom it was handed
+  std::vector<stream_id> extra;   // live: streams named by record_stream
+  std::vector<range_use> uses;    // freed: uses that may not have ended
 };
 
 struct physical_allocation {
@@ -89,7 +192,7 @@ struct stream_key {
 
 class machine_state {
  public:
-  machine_state(std::vector<device_spec> specs, topology links, std::string name);
+  machine_state(std::vector<device_spec> specs, topology links, std::string name, machine_options options);
   ~machine_state();
   machine_state(const machine_state&) = delete;
   machine_state& operator=(const machine_state&) = delete;
@@ -100,14 +203,42 @@ class machine_state {
   std::uint16_t serial;
   std::vector<std::unique_ptr<device_state>> devices;
 
-  std::mutex vmm_mutex;
-  std::map<std::uintptr_t, std::size_t> reservations;  // base -> bytes
+  mutable std::mutex vmm_mutex;
+  std::map<std::uintptr_t, std::pair<std::size_t, device_id>> reservations;  // base -> bytes, device
   std::map<std::uintptr_t, mapping> mappings;          // va -> mapping
   std::unordered_map<std::uint64_t, physical_allocation> physical;
   std::uint64_t next_handle{1};
 
   std::mutex peer_mutex;
   std::vector<std::uint8_t> peer_enabled;  // [accessor * n + owner]
+  std::vector<std::uint8_t> peer_ever;     // [accessor * n + owner]: enabled once (priced as a repeat after)
+
+  std::mutex capture_mutex;
+  std::vector<graph_state> graphs;          // graph id = index + 1
+  std::vector<std::uint64_t> capturing;     // graphs being captured now
+  std::atomic<int> active_captures{0};      // capturing.size(), read without the lock
+
+  std::atomic<oracle_mode> judging{oracle_mode::enforce};
+  mutable std::mutex oracle_mutex;
+  std::map<std::uintptr_t, tracked_range> ranges;  // by first byte; no two overlap
+  std::uintptr_t prune_cursor{0};
+  std::vector<hazard> found;
+
+  [[nodiscard]] bool judge_on() const noexcept { return judging.load(std::memory_order_relaxed) != oracle_mode::off; }
+  // Lists `h`; throws it when enforcing and `may_throw`. Takes oracle_mutex: never call with it held.
+  void report(hazard h, bool may_throw);
+  // The same, with oracle_mutex held by the caller (nothing is thrown).
+  void report_locked(const hazard& h);
+  // A virtual-memory rule broken: listed; thrown as stream_hazard when enforcing, else as the
+  // driver's cuda_error (`cudaErrorInvalidValue`) when `may_throw`.
+  void vmm_breach(const std::string& what, device_id d, std::uintptr_t va, std::size_t bytes, bool may_throw);
+
+  // Captures: may the calling thread make a potentially unsafe call now? When not, the
+  // captures it interferes with are invalidated and cuda_error is thrown.
+  void check_unsafe_call(const char* call);
+  [[nodiscard]] std::string describe_stream(stream_id s) const;
+  // Work, an event or an allocation on a destroyed stream: a hazard (thrown when enforcing).
+  void report_dead_stream(device_id d, stream_id s, const char* call);
 
   // The device, or mgm::logic_error naming the valid range.
   device_state& device(device_id d) const;
@@ -120,6 +251,13 @@ class machine_state {
   // the index under the device's lock (the caller holds it).
   stream_key decode(stream_ref s, device_id fallback) const;
   stream_key decode_strict(stream_ref s) const;  // null is an error
+
+  // Adds a call's modelled cost to `dev` (its lock held).
+  void charge(device_state& dev, driver_call k, double us) noexcept { dev.costs.add(k, us); }
+  // The device whose memory holds `addr` (the VMM mappings, then each device's ranges).
+  [[nodiscard]] std::optional<device_id> owner_of(std::uintptr_t addr) const noexcept;
+  // The peers that may access `d`'s cudaMalloc memory (peer_mutex taken).
+  std::size_t peers_of(device_id d);
 
   void* allocate(device_id d, std::size_t bytes, std::size_t alignment, const stream_ref* stream);
   void deallocate(device_id d, void* p, std::size_t bytes, const stream_ref* stream) noexcept;

@@ -27,7 +27,7 @@ std::vector<std::vector<std::string_view>> all_to_all(std::size_t n, std::string
   return m;
 }
 
-machine build(std::string_view name, const std::vector<preset_gpu>& gpus,
+machine build(const machine_options& options, std::string_view name, const std::vector<preset_gpu>& gpus,
               const std::vector<std::vector<std::string_view>>& labels) {
   std::vector<device_spec> specs;
   std::vector<gpu_info> infos;
@@ -46,7 +46,7 @@ machine build(std::string_view name, const std::vector<preset_gpu>& gpus,
   }
   topology links{std::move(infos)};
   links.set_paths_from_labels(labels);
-  return machine{std::move(specs), std::move(links), std::string{name}};
+  return machine{std::move(specs), std::move(links), std::string{name}, options};
 }
 
 std::vector<preset_gpu> eight(const char* gpu, std::size_t mem, int cc) {
@@ -61,7 +61,7 @@ constexpr std::array<std::string_view, 5> names{"dgx1-v100", "dgx-a100", "dgx-h1
 
 std::span<const std::string_view> machine::preset_names() noexcept { return names; }
 
-machine machine::preset(std::string_view name) {
+machine machine::preset(std::string_view name, machine_options options) {
   if (name == "dgx1-v100") {
     // Hybrid cube-mesh: each GPU has two NV1 and two NV2 peers, SYS to the other three.
     const std::vector<std::vector<std::string_view>> labels{
@@ -74,11 +74,11 @@ machine machine::preset(std::string_view name) {
         {"SYS", "SYS", "NV1", "SYS", "NV1", "NV2", "X", "NV2"},
         {"SYS", "SYS", "SYS", "NV1", "NV2", "NV1", "NV2", "X"},
     };
-    return build(name, eight("Tesla V100-SXM2-16GB", 16160, 70), labels);
+    return build(options, name, eight("Tesla V100-SXM2-16GB", 16160, 70), labels);
   }
-  if (name == "dgx-a100") return build(name, eight("NVIDIA A100-SXM4-80GB", 81920, 80), all_to_all(8, "NV12"));
-  if (name == "dgx-h100") return build(name, eight("NVIDIA H100 80GB HBM3", 81559, 90), all_to_all(8, "NV18"));
-  if (name == "hgx-h200") return build(name, eight("NVIDIA H200", 143771, 90), all_to_all(8, "NV18"));
+  if (name == "dgx-a100") return build(options, name, eight("NVIDIA A100-SXM4-80GB", 81920, 80), all_to_all(8, "NV12"));
+  if (name == "dgx-h100") return build(options, name, eight("NVIDIA H100 80GB HBM3", 81559, 90), all_to_all(8, "NV18"));
+  if (name == "hgx-h200") return build(options, name, eight("NVIDIA H200", 143771, 90), all_to_all(8, "NV18"));
   if (name == "pcie-4gpu-mixed") {
     // Two sockets, one RTX 4090 and one RTX 4080 on each: PHB within a socket, SYS across.
     // GeForce 40-series boards do not allow PCIe peer access.
@@ -90,7 +90,7 @@ machine machine::preset(std::string_view name) {
                                                             {"SYS", "X", "SYS", "PHB"},
                                                             {"PHB", "SYS", "X", "SYS"},
                                                             {"SYS", "PHB", "SYS", "X"}};
-    return build(name, gpus, labels);
+    return build(options, name, gpus, labels);
   }
   std::string list;
   for (const auto n : names) list += (list.empty() ? "" : ", ") + std::string{n};

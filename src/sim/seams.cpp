@@ -2,6 +2,7 @@
 #include "machine_state.hpp"
 
 #include <mgm/bytes.hpp>
+#include <mgm/detail/checks.hpp>
 #include <mgm/error.hpp>
 #include <mgm/log.hpp>
 #include <mgm/sim/peer_ops.hpp>
@@ -11,7 +12,6 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 
 namespace mgm::sim {
@@ -23,14 +23,13 @@ detail::event_state& live_event(detail::device_state& dev, const event& e) {
   MGM_EXPECTS(e.slot < dev.events.size() && dev.events[e.slot].live, "not a live simulated event");
   return dev.events[e.slot];
 }
-void check_not_capturing(const detail::device_state& dev, const char* call) {
-  if (dev.capturing != 0) [[unlikely]] {
-    throw cuda_error{cudaErrorStreamCaptureUnsupported,
-                     std::string{call} + " while a stream of the device is capturing a graph: "
-                                         "cudaErrorStreamCaptureUnsupported (global capture mode)"};
-  }
-}
+// The calling thread's capture mode (cudaThreadExchangeStreamCaptureMode), for every machine.
+thread_local capture_mode thread_mode = capture_mode::global;
 }  // namespace
+
+namespace detail {
+capture_mode current_capture_mode() noexcept { return thread_mode; }
+}  // namespace detail
 
 event stream_ops::create_event(device_id d) {
   auto& dev = machine_->device(d);
@@ -44,7 +43,8 @@ event stream_ops::create_event(device_id d) {
     slot = static_cast<std::uint32_t>(dev.events.size());
     dev.events.emplace_back();
   }
-  dev.events[slot] = {0, false, true};
+  dev.events[slot] = detail::event_state{};
+  dev.events[slot].live = true;
   return {static_cast<std::uint32_t>(d.index()), slot};
 }
 
@@ -53,50 +53,76 @@ void stream_ops::record(event e, stream_ref s) {
   auto& dev = machine_->device(d);
   const auto key = machine_->decode(s, d);
   MGM_EXPECTS(key.device == e.device, "cudaEventRecord: the stream and the event must be on the same device");
-  const std::lock_guard lock{dev.mutex};
-  machine_->check_alive(dev, d);
-  MGM_EXPECTS(key.index < dev.streams.size(), "unknown simulated stream");
-  auto& ev = live_event(dev, e);
-  ev.stamp_ns = dev.streams[key.index].tail_ns;
-  ev.recorded = true;
+  detail::stream_id dead = 0;
+  {
+    const std::lock_guard lock{dev.mutex};
+    machine_->check_alive(dev, d);
+    MGM_EXPECTS(key.index < dev.streams.size(), "unknown simulated stream");
+    auto& ev = live_event(dev, e);
+    auto& st = dev.streams[key.index];
+    machine_->charge(dev, driver_call::event_record, machine_->costs.event_record_us);
+    const auto id = detail::make_stream_id(key.device, key.index, st.generation);
+    if (!st.alive) [[unlikely]] dead = id;
+    ev.stamp_ns = st.tail_ns;
+    ev.recorded = true;
+    ev.source = id;
+    if (machine_->judge_on()) {
+      ev.clock = st.clock;
+      detail::advance_to(ev.clock, id, st.tail_ns);
+    }
+  }
+  if (dead != 0) [[unlikely]] machine_->report_dead_stream(d, dead, "cudaEventRecord");
 }
 
 bool stream_ops::query(event e) {
   const device_id d{static_cast<int>(e.device)};
   auto& dev = machine_->device(d);
+  machine_->check_unsafe_call("cudaEventQuery");
   const std::lock_guard lock{dev.mutex};
   machine_->check_alive(dev, d);
-  check_not_capturing(dev, "cudaEventQuery");
   const auto& ev = live_event(dev, e);
+  machine_->charge(dev, driver_call::event_query, machine_->costs.event_query_us);
   return !ev.recorded || dev.now_ns >= ev.stamp_ns;
 }
 
 void stream_ops::wait(stream_ref s, event e) {
   const device_id event_device{static_cast<int>(e.device)};
   std::int64_t stamp = 0;
+  detail::vector_clock clock;
+  bool recorded = false;
   {
     auto& dev = machine_->device(event_device);
     const std::lock_guard lock{dev.mutex};
     machine_->check_alive(dev, event_device);
     const auto& ev = live_event(dev, e);
-    if (!ev.recorded) return;  // waiting on an unrecorded event is a no-op, as in CUDA
+    recorded = ev.recorded;
     stamp = ev.stamp_ns;
+    if (recorded && machine_->judge_on()) clock = ev.clock;
   }
   const auto key = machine_->decode(s, event_device);
   const device_id stream_device{static_cast<int>(key.device)};
   auto& dev = machine_->device(stream_device);
-  const std::lock_guard lock{dev.mutex};
-  MGM_EXPECTS(key.index < dev.streams.size(), "unknown simulated stream");
-  auto& st = dev.streams[key.index];
-  st.tail_ns = std::max(st.tail_ns, stamp);
+  detail::stream_id dead = 0;
+  {
+    const std::lock_guard lock{dev.mutex};
+    MGM_EXPECTS(key.index < dev.streams.size(), "unknown simulated stream");
+    machine_->charge(dev, driver_call::event_wait, machine_->costs.event_wait_us);
+    auto& st = dev.streams[key.index];
+    if (!st.alive) [[unlikely]] dead = detail::make_stream_id(key.device, key.index, st.generation);
+    if (recorded) {  // waiting on an unrecorded event is a no-op, as in CUDA
+      st.tail_ns = std::max(st.tail_ns, stamp);
+      if (!clock.empty()) detail::merge(st.clock, clock);
+    }
+  }
+  if (dead != 0) [[unlikely]] machine_->report_dead_stream(stream_device, dead, "cudaStreamWaitEvent");
 }
 
 void stream_ops::synchronize(event e) {
   const device_id d{static_cast<int>(e.device)};
   auto& dev = machine_->device(d);
+  machine_->check_unsafe_call("cudaEventSynchronize");
   const std::lock_guard lock{dev.mutex};
   machine_->check_alive(dev, d);
-  check_not_capturing(dev, "cudaEventSynchronize");
   const auto& ev = live_event(dev, e);
   if (ev.recorded) dev.now_ns = std::max(dev.now_ns, ev.stamp_ns);
 }
@@ -105,7 +131,9 @@ void stream_ops::destroy_event(event e) noexcept {
   try {
     auto& dev = machine_->device(device_id{static_cast<int>(e.device)});
     const std::lock_guard lock{dev.mutex};
-    live_event(dev, e).live = false;
+    auto& ev = live_event(dev, e);
+    ev.live = false;
+    ev.clock.clear();
     dev.free_events.push_back(e.slot);
   } catch (const std::exception& ex) {
     log(log_level::error, std::string{"sim::stream_ops::destroy_event: "} + ex.what());
@@ -118,26 +146,29 @@ bool stream_ops::is_capturing(stream_ref s) {
   auto& dev = machine_->device(device_id{static_cast<int>(key.device)});
   const std::lock_guard lock{dev.mutex};
   MGM_EXPECTS(key.index < dev.streams.size(), "unknown simulated stream");
-  return dev.streams[key.index].capturing;
+  return dev.streams[key.index].graph != 0;
+}
+
+capture_mode stream_ops::exchange_capture_mode(capture_mode mode) noexcept {
+  const capture_mode previous = thread_mode;
+  thread_mode = mode;
+  return previous;
 }
 
 // ---- virtual memory ------------------------------------------------------------------------
+//
+// Every rule the driver documents for these calls is checked; a breach is a `vmm_contract`
+// hazard (machine_state::vmm_breach), reported with no lock of the seam held.
 
 namespace {
 constexpr std::size_t granule = vmm_ops::granule_bytes;
 
-[[noreturn]] void invalid(const std::string& what) {
-  throw cuda_error{cudaErrorInvalidValue, "sim vmm: " + what + ": cudaErrorInvalidValue"};
-}
-void check_granular(std::uintptr_t va, std::size_t bytes, const char* call) {
+std::string granular_problem(std::uintptr_t va, std::size_t bytes, const char* call) {
   if (bytes == 0 || bytes % granule != 0 || va % granule != 0) {
-    invalid(std::string{call} + ": address and size must be non-zero multiples of the 2 MiB granule");
+    return std::string{call} + "(" + detail::hex(va) + ", " + std::to_string(bytes) +
+           "): address and size must be non-zero multiples of the 2 MiB granule";
   }
-}
-std::string hex(std::uintptr_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
+  return {};
 }
 }  // namespace
 
@@ -152,9 +183,12 @@ std::size_t vmm_ops::granularity(device_id d) {
 }
 
 void* vmm_ops::reserve(device_id d, std::size_t bytes) {
-  (void)machine_->device(d);
-  check_granular(0, bytes, "reserve");
+  auto& dev = machine_->device(d);
+  if (auto problem = granular_problem(0, bytes, "reserve"); !problem.empty()) {
+    machine_->vmm_breach(problem, d, 0, bytes, true);
+  }
   MGM_EXPECTS(bytes <= (std::size_t{1} << 46), "sim vmm: reservation too large");
+  const detail::bookkeeping_timer timer{dev};
   void* raw = ::mmap(nullptr, bytes + granule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) throw bad_alloc{"sim vmm: cannot reserve " + format_bytes(bytes) + " of address space"};
   const auto begin = reinterpret_cast<std::uintptr_t>(raw);
@@ -163,44 +197,63 @@ void* vmm_ops::reserve(device_id d, std::size_t bytes) {
   const std::uintptr_t end = begin + bytes + granule;
   if (end > aligned + bytes) ::munmap(reinterpret_cast<void*>(aligned + bytes), end - aligned - bytes);
   const std::lock_guard lock{machine_->vmm_mutex};
-  machine_->reservations.emplace(aligned, bytes);
+  machine_->reservations.emplace(aligned, std::pair{bytes, d});
+  const std::lock_guard dev_lock{dev.mutex};
+  machine_->charge(dev, driver_call::reserve, machine_->costs.reserve_us);
   return reinterpret_cast<void*>(aligned);
 }
 
 void vmm_ops::unreserve(void* va, std::size_t bytes) noexcept {
   const auto base = reinterpret_cast<std::uintptr_t>(va);
   std::string problem;
-  {
+  device_id owner{0};
+  try {
     const std::lock_guard lock{machine_->vmm_mutex};
     const auto it = machine_->reservations.find(base);
-    if (it == machine_->reservations.end() || it->second != bytes) {
-      problem = "unreserve(" + hex(base) + ", " + std::to_string(bytes) + ") does not match a reservation";
+    if (it == machine_->reservations.end() || it->second.first != bytes) {
+      problem = "unreserve(" + detail::hex(base) + ", " + std::to_string(bytes) +
+                ") does not match a reservation; nothing was freed";
     } else {
+      owner = it->second.second;
       const auto m = machine_->mappings.lower_bound(base);
       if (m != machine_->mappings.end() && m->first < base + bytes) {
-        problem = "unreserve(" + hex(base) + ") of a range that is still mapped at " + hex(m->first);
+        problem = "unreserve(" + detail::hex(base) + ") of a range that is still mapped at " +
+                  detail::hex(m->first) + "; nothing was freed";
       } else {
+        auto& dev = machine_->device(owner);
+        const detail::bookkeeping_timer timer{dev};
         machine_->reservations.erase(it);
         ::munmap(va, bytes);
+        const std::lock_guard dev_lock{dev.mutex};
+        machine_->charge(dev, driver_call::unreserve, machine_->costs.unreserve_us);
       }
     }
+  } catch (const std::exception& e) {
+    problem = e.what();
   }
-  if (!problem.empty()) log(log_level::error, "sim vmm: " + problem + "; nothing was changed");
+  if (!problem.empty()) machine_->vmm_breach(problem, owner, base, bytes, false);
 }
 
 vmm_ops::physical_handle vmm_ops::create(device_id d, std::size_t bytes) {
   auto& dev = machine_->device(d);
-  check_granular(0, bytes, "create");
+  if (auto problem = granular_problem(0, bytes, "create"); !problem.empty()) {
+    machine_->vmm_breach(problem, d, 0, bytes, true);
+  }
+  machine_->check_unsafe_call("cuMemCreate");
+  const detail::bookkeeping_timer timer{dev};
   const std::lock_guard vmm_lock{machine_->vmm_mutex};
   {
     const std::lock_guard lock{dev.mutex};
     machine_->check_alive(dev, d);
-    dev.costs.vmm_creates += 1;
-    dev.costs.upstream_time += machine_->costs.vmm_create;
-    if (dev.faults.should_fail()) machine_->throw_out_of_memory(dev, d, bytes, "creating physical memory of", true);
+    if (dev.faults.should_fail()) {
+      machine_->charge(dev, driver_call::create, machine_->costs.create_us);
+      machine_->throw_out_of_memory(dev, d, bytes, "creating physical memory of", true);
+    }
     if (bytes > dev.capacity - dev.used) {
+      machine_->charge(dev, driver_call::create, machine_->costs.create_us);
       machine_->throw_out_of_memory(dev, d, bytes, "creating physical memory of", false);
     }
+    machine_->charge(dev, driver_call::create, machine_->costs.create_charge_us(bytes, dev.used, dev.peak_used));
     dev.used += bytes;
     dev.peak_used = std::max(dev.peak_used, dev.used);
   }
@@ -211,14 +264,27 @@ vmm_ops::physical_handle vmm_ops::create(device_id d, std::size_t bytes) {
 
 void vmm_ops::release(physical_handle h) noexcept {
   std::string problem;
+  device_id owner{0};
   try {
     const std::lock_guard lock{machine_->vmm_mutex};
     const auto it = machine_->physical.find(h);
     if (it == machine_->physical.end() || it->second.released) {
       problem = "release of unknown or already released handle " + std::to_string(h);
     } else {
+      owner = it->second.device;
+      auto& dev = machine_->device(owner);
+      const detail::bookkeeping_timer timer{dev};
+      {
+        const std::lock_guard dev_lock{dev.mutex};
+        machine_->charge(dev, driver_call::release, machine_->costs.release_charge_us(it->second.bytes));
+      }
       it->second.released = true;
-      if (it->second.mappings == 0) {
+      if (it->second.mappings != 0) {
+        // The memory is freed when its last mapping goes, as the driver does; but the pool
+        // contract (and this seam's) is release after unmap.
+        problem = "release of handle " + std::to_string(h) + " while " + std::to_string(it->second.mappings) +
+                  " mapping(s) still use it; a handle is released only after it is unmapped";
+      } else {
         machine_->uncharge(it->second.device, it->second.bytes);
         machine_->physical.erase(it);
       }
@@ -226,39 +292,52 @@ void vmm_ops::release(physical_handle h) noexcept {
   } catch (const std::exception& e) {
     problem = e.what();
   }
-  if (!problem.empty()) log(log_level::error, "sim vmm: " + problem);
+  if (!problem.empty()) machine_->vmm_breach(problem, owner, 0, 0, false);
 }
 
 void vmm_ops::map(void* va, std::size_t bytes, physical_handle h) {
   const auto base = reinterpret_cast<std::uintptr_t>(va);
-  check_granular(base, bytes, "map");
-  const std::lock_guard lock{machine_->vmm_mutex};
-  auto r = machine_->reservations.upper_bound(base);
-  if (r == machine_->reservations.begin() || (--r, base + bytes > r->first + r->second)) {
-    invalid("map(" + hex(base) + ", " + format_bytes(bytes) + ") outside any reservation");
+  if (auto problem = granular_problem(base, bytes, "map"); !problem.empty()) {
+    machine_->vmm_breach(problem, device_id{0}, base, bytes, true);
   }
-  const auto next = machine_->mappings.lower_bound(base);
-  if (next != machine_->mappings.end() && next->first < base + bytes) invalid("map over a mapped range at " + hex(next->first));
-  if (next != machine_->mappings.begin()) {
-    const auto prev = std::prev(next);
-    if (prev->first + prev->second.bytes > base) invalid("map over a mapped range at " + hex(prev->first));
+  machine_->check_unsafe_call("cuMemMap");
+  std::string problem;
+  device_id owner{0};
+  {
+    const std::lock_guard lock{machine_->vmm_mutex};
+    auto r = machine_->reservations.upper_bound(base);
+    const auto next = machine_->mappings.lower_bound(base);
+    const auto p = machine_->physical.find(h);
+    if (p != machine_->physical.end()) owner = p->second.device;
+    if (r == machine_->reservations.begin() || (--r, base + bytes > r->first + r->second.first)) {
+      problem = "map(" + detail::hex(base) + ", " + format_bytes(bytes) + ") outside any reservation";
+    } else if (next != machine_->mappings.end() && next->first < base + bytes) {
+      problem = "map over a mapped range at " + detail::hex(next->first);
+    } else if (next != machine_->mappings.begin() && std::prev(next)->first + std::prev(next)->second.bytes > base) {
+      problem = "map over a mapped range at " + detail::hex(std::prev(next)->first);
+    } else if (p == machine_->physical.end() || p->second.released) {
+      problem = "map of unknown or released handle " + std::to_string(h);
+    } else if (bytes > p->second.bytes) {
+      problem = "map of " + format_bytes(bytes) + " from a handle of " + format_bytes(p->second.bytes);
+    } else {
+      auto& dev = machine_->device(owner);
+      const detail::bookkeeping_timer timer{dev};
+      // Mapped memory stays inaccessible (PROT_NONE) until set_access, as on a GPU.
+      machine_->mappings.emplace(base, detail::mapping{bytes, h});
+      ++p->second.mappings;
+      const std::lock_guard dev_lock{dev.mutex};
+      machine_->charge(dev, driver_call::map, machine_->costs.map_us);
+    }
   }
-  const auto p = machine_->physical.find(h);
-  if (p == machine_->physical.end() || p->second.released) invalid("map of unknown or released handle " + std::to_string(h));
-  if (bytes > p->second.bytes) invalid("map of " + format_bytes(bytes) + " from a handle of " + format_bytes(p->second.bytes));
-  // Mapped memory stays inaccessible (PROT_NONE) until set_access, as on a GPU.
-  machine_->mappings.emplace(base, detail::mapping{bytes, h});
-  ++p->second.mappings;
-  auto& dev = machine_->device(p->second.device);
-  const std::lock_guard dev_lock{dev.mutex};
-  dev.costs.vmm_maps += 1;
-  dev.costs.upstream_time += machine_->costs.vmm_map;
+  if (!problem.empty()) machine_->vmm_breach(problem, owner, base, bytes, true);
 }
 
 void vmm_ops::unmap(void* va, std::size_t bytes) noexcept {
   const auto base = reinterpret_cast<std::uintptr_t>(va);
   std::string problem;
+  device_id owner{0};
   try {
+    machine_->check_unsafe_call("cuMemUnmap");
     const std::lock_guard lock{machine_->vmm_mutex};
     // The range must consist of whole mappings (cuMemUnmap cannot split one).
     auto it = machine_->mappings.lower_bound(base);
@@ -269,8 +348,17 @@ void vmm_ops::unmap(void* va, std::size_t bytes) noexcept {
       if (whole) cursor += j->second.bytes;
     }
     if (!whole || cursor != base + bytes) {
-      problem = "unmap(" + hex(base) + ", " + std::to_string(bytes) + ") does not cover whole mappings; nothing unmapped";
+      problem = "unmap(" + detail::hex(base) + ", " + std::to_string(bytes) +
+                ") does not cover whole mappings; nothing unmapped";
+      if (it != machine_->mappings.end()) {
+        if (const auto p = machine_->physical.find(it->second.handle); p != machine_->physical.end()) {
+          owner = p->second.device;
+        }
+      }
     } else {
+      owner = machine_->physical.at(it->second.handle).device;
+      auto& dev = machine_->device(owner);
+      const detail::bookkeeping_timer timer{dev};
       ::madvise(va, bytes, MADV_DONTNEED);
       ::mprotect(va, bytes, PROT_NONE);
       while (it != machine_->mappings.end() && it->first < base + bytes) {
@@ -281,37 +369,62 @@ void vmm_ops::unmap(void* va, std::size_t bytes) noexcept {
         }
         it = machine_->mappings.erase(it);
       }
+      const std::lock_guard dev_lock{dev.mutex};
+      machine_->charge(dev, driver_call::unmap, machine_->costs.unmap_us);
+      // cuMemUnmap synchronises the device: the host waits for all of its work.
+      for (const auto& st : dev.streams) dev.now_ns = std::max(dev.now_ns, st.tail_ns);
     }
   } catch (const std::exception& e) {
     problem = e.what();
   }
-  if (!problem.empty()) log(log_level::error, "sim vmm: " + problem);
+  if (!problem.empty()) machine_->vmm_breach(problem, owner, base, bytes, false);
 }
 
 void vmm_ops::set_access(void* va, std::size_t bytes, std::span<const device_id> readers) {
   const auto base = reinterpret_cast<std::uintptr_t>(va);
-  check_granular(base, bytes, "set_access");
-  const std::lock_guard lock{machine_->vmm_mutex};
-  auto it = machine_->mappings.upper_bound(base);
-  if (it == machine_->mappings.begin()) invalid("set_access on an unmapped range at " + hex(base));
-  --it;
-  std::uintptr_t cursor = base;
-  for (; cursor < base + bytes; ++it) {
-    if (it == machine_->mappings.end() || it->first > cursor || it->first + it->second.bytes <= cursor) {
-      invalid("set_access on an unmapped range at " + hex(cursor));
-    }
-    const device_id owner = machine_->physical.at(it->second.handle).device;
-    for (const device_id r : readers) {
-      if (!machine_->can_access(r, owner)) {
-        throw cuda_error{cudaErrorPeerAccessUnsupported,
-                         "sim vmm: set_access: " + machine_->describe(r) + " cannot access memory of " +
-                             machine_->describe(owner) + ": cudaErrorPeerAccessUnsupported"};
+  if (auto problem = granular_problem(base, bytes, "set_access"); !problem.empty()) {
+    machine_->vmm_breach(problem, device_id{0}, base, bytes, true);
+  }
+  std::string problem;
+  device_id owner{0};
+  {
+    const std::lock_guard lock{machine_->vmm_mutex};
+    auto it = machine_->mappings.upper_bound(base);
+    std::uintptr_t cursor = base;
+    if (it == machine_->mappings.begin()) {
+      problem = "set_access on an unmapped range at " + detail::hex(base);
+    } else {
+      --it;
+      // Check every mapping of the range before changing any.
+      for (auto j = it; problem.empty() && cursor < base + bytes; ++j) {
+        if (j == machine_->mappings.end() || j->first > cursor || j->first + j->second.bytes <= cursor) {
+          problem = "set_access on an unmapped range at " + detail::hex(cursor);
+          break;
+        }
+        owner = machine_->physical.at(j->second.handle).device;
+        for (const device_id r : readers) {
+          if (!machine_->can_access(r, owner)) {
+            throw cuda_error{cudaErrorPeerAccessUnsupported,
+                             "sim vmm: set_access: " + machine_->describe(r) + " cannot access memory of " +
+                                 machine_->describe(owner) + ": cudaErrorPeerAccessUnsupported"};
+          }
+        }
+        cursor = j->first + j->second.bytes;
       }
     }
-    it->second.readers.assign(readers.begin(), readers.end());
-    cursor = it->first + it->second.bytes;
+    if (problem.empty()) {
+      auto& dev = machine_->device(owner);
+      const detail::bookkeeping_timer timer{dev};
+      for (cursor = base; cursor < base + bytes; ++it) {
+        it->second.readers.assign(readers.begin(), readers.end());
+        cursor = it->first + it->second.bytes;
+      }
+      ::mprotect(va, bytes, readers.empty() ? PROT_NONE : PROT_READ | PROT_WRITE);
+      const std::lock_guard dev_lock{dev.mutex};
+      machine_->charge(dev, driver_call::set_access, machine_->costs.set_access_charge_us(bytes, readers.size()));
+    }
   }
-  ::mprotect(va, bytes, readers.empty() ? PROT_NONE : PROT_READ | PROT_WRITE);
+  if (!problem.empty()) machine_->vmm_breach(problem, owner, base, bytes, true);
 }
 
 std::vector<device_id> vmm_ops::access(const void* va) {
@@ -358,10 +471,18 @@ void peer_ops::enable(device_id accessor, device_id owner) {
                                                          "): cudaErrorPeerAccessUnsupported"};
   }
   if (accessor == owner) return;
-  machine_->check_alive(machine_->device(accessor), accessor);
+  auto& dev = machine_->device(accessor);
+  machine_->check_alive(dev, accessor);
   const std::size_t n = machine_->devices.size();
   const std::lock_guard lock{machine_->peer_mutex};
   auto& flag = machine_->peer_enabled[accessor.index() * n + owner.index()];
+  auto& ever = machine_->peer_ever[accessor.index() * n + owner.index()];
+  {
+    const std::lock_guard dev_lock{dev.mutex};
+    machine_->charge(dev, driver_call::peer_enable,
+                     ever != 0 ? machine_->costs.peer_enable_again_us : machine_->costs.peer_enable_first_us);
+  }
+  ever = 1;
   if (flag != 0) return;  // already enabled: success, as callers of CUDA treat it
   const bool new_pair = machine_->peer_enabled[owner.index() * n + accessor.index()] == 0;
   if (new_pair) {

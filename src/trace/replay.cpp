@@ -4,9 +4,10 @@
 #include <mgm/error.hpp>
 #include <mgm/trace/replay.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <array>
 #include <chrono>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -19,40 +20,48 @@ constexpr std::array<std::string_view, 4> names{"pool", "direct", "cub", "pmr"};
 std::size_t round_step(std::size_t bytes) { return (bytes + step - 1) / step * step; }
 
 struct run_counts {
-  std::uint64_t calls_after_first{0};
+  sim::modelled_costs first;  // the driver calls of the first iteration
   std::chrono::nanoseconds elapsed{0};
 };
 
-// Replays `iterations` times; the upstream calls of the first iteration are set apart.
+// Replays `iterations` times; the driver calls of the first iteration are set apart.
 run_counts run(const compiled_trace& t, detail::replay_target& target, const std::vector<stream_ref>& streams,
                int iterations, sim::machine* m, device_id d) {
-  const auto calls = [&] {
-    const auto c = m->modelled(d);
-    return c.mallocs + c.frees + c.vmm_creates;
-  };
-  std::uint64_t after_first = 0;
   run_counts r;
   r.elapsed = detail::replay_ops(t, target, streams, iterations, [&] {
-    if (m != nullptr) after_first = calls();
+    if (m != nullptr) r.first = m->modelled(d);
   });
-  if (m != nullptr) r.calls_after_first = calls() - after_first;
   return r;
 }
 
 struct sim_run {
   sim::machine machine;
   std::vector<stream_ref> streams;
-  sim_run(const compiled_trace& t, std::size_t capacity, const sim::cost_model& costs)
-      : machine{std::vector<sim::device_spec>{{"Simulated GPU", capacity, 90, std::nullopt, true}}} {
-    machine.costs() = costs;
+  sim_run(const compiled_trace& t, std::size_t capacity, const replay_options& o)
+      : machine{std::vector<sim::device_spec>{{"Simulated GPU", capacity, 90, std::nullopt, true}},
+                sim::machine_options{o.judge ? sim::oracle_mode::record : sim::oracle_mode::off, o.costs}} {
     for (const auto s : t.streams) streams.push_back(s == 0 ? machine.default_stream(device_id{0}) : machine.create_stream(device_id{0}));
   }
 };
 
+// The floor: the allocator's peak reserved bytes obtained once, in one allocation of its kind,
+// on a device that never held memory.
+double floor_seconds(const sim::cost_model& c, const sim::modelled_costs& used, std::size_t peak_reserved) {
+  if (peak_reserved == 0) return 0.0;
+  if (used.count(sim::driver_call::create) > 0) {
+    const std::size_t granule = sim::cost_model::two_mib;
+    const std::size_t bytes = (peak_reserved + granule - 1) / granule * granule;
+    return (c.reserve_us + c.create_charge_us(bytes, 0, 0) + c.map_us + c.set_access_charge_us(bytes, 1)) * 1e-6;
+  }
+  return c.malloc_charge_us(peak_reserved, 0, 0, 0) * 1e-6;
+}
+
 bool fits(const compiled_trace& t, std::string_view allocator, const replay_options& o, std::size_t capacity) {
-  sim_run r{t, capacity, o.costs};
+  replay_options quiet = o;
+  quiet.judge = false;  // the search asks only whether it fits
+  sim_run r{t, capacity, quiet};
   try {
-    auto target = detail::make_replay_target(allocator, r.machine, device_id{0}, o.pool);
+    auto target = detail::make_replay_target(allocator, r.machine, device_id{0}, o.pool, false);
     (void)run(t, *target, r.streams, o.iterations, nullptr, device_id{0});
     return true;
   } catch (const std::bad_alloc&) {
@@ -87,20 +96,6 @@ replay_fit search_fit(const compiled_trace& t, std::string_view allocator, const
   return f;
 }
 
-std::string json_number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 std::span<const std::string_view> replay_allocators() noexcept { return names; }
@@ -122,24 +117,39 @@ replay_result replay_on_sim(const compiled_trace& t, std::string_view allocator,
   // of one event, so time is taken once per batch).
   std::chrono::nanoseconds baseline{0};
   {
-    sim_run n{t, o.capacity_bytes, o.costs};
-    auto null = detail::make_replay_target("null", n.machine, device_id{0}, o.pool);
+    replay_options quiet = o;
+    quiet.judge = false;
+    sim_run n{t, o.capacity_bytes, quiet};
+    auto null = detail::make_replay_target("null", n.machine, device_id{0}, o.pool, false);
     baseline = run(t, *null, n.streams, o.iterations, nullptr, device_id{0}).elapsed;
   }
-  sim_run s{t, o.capacity_bytes, o.costs};
+  sim_run s{t, o.capacity_bytes, o};
   {
-    auto target = detail::make_replay_target(allocator, s.machine, device_id{0}, o.pool);
-    const auto counts = run(t, *target, s.streams, o.iterations, &s.machine, device_id{0});
-    const auto c = s.machine.modelled(device_id{0});
-    r.upstream_allocations = c.mallocs + c.vmm_creates;
-    r.upstream_frees = c.frees;
-    r.upstream_calls_after_first_iteration = counts.calls_after_first;
-    r.modelled_upstream_seconds = c.upstream_seconds();
+    const device_id d{0};
+    auto target = detail::make_replay_target(allocator, s.machine, d, o.pool, o.judge);
+    const auto counts = run(t, *target, s.streams, o.iterations, &s.machine, d);
+    const sim::modelled_costs c = s.machine.modelled(d);
+    const sim::modelled_costs later = c - counts.first;
+    using sim::driver_call;
+    r.upstream_allocations = c.count(driver_call::malloc) + c.count(driver_call::create);
+    r.upstream_frees = c.count(driver_call::free) + c.count(driver_call::release);
+    r.upstream_calls_after_first_iteration = later.upstream_calls();
+    r.driver_calls = c.calls;
+    mgm::modelled_driver_seconds ms;
+    for (std::size_t k = 0; k < sim::driver_call_kinds; ++k) ms.by_kind[k] = c.micros[k] * 1e-6;
+    ms.total = c.total_seconds();
+    ms.after_first_iteration = later.total_seconds();
+    r.peak_reserved_bytes = s.machine.memory(d).peak_used_bytes;
+    ms.floor = floor_seconds(o.costs, c, r.peak_reserved_bytes);
+    r.modelled_driver_seconds = ms;
+    r.modelled_upstream_seconds = ms.total;
     const double events = static_cast<double>(r.events) * o.iterations;
-    const auto net = std::max<std::int64_t>(0, (counts.elapsed - baseline).count());
+    // The simulator's own work inside modelled calls is not the allocator's: it is measured and taken off.
+    const auto net = std::max<std::int64_t>(0, (counts.elapsed - baseline - s.machine.bookkeeping(d)).count());
     r.host_ns_per_event = static_cast<double>(net) / events;
     r.events_per_second = net == 0 ? 0.0 : events * 1e9 / static_cast<double>(net);
-    r.peak_reserved_bytes = s.machine.memory(device_id{0}).peak_used_bytes;
+    if (o.judge) r.hazards = s.machine.hazards().size();
+    target.reset();  // the teardown's frees are not part of the replay
   }
   r.reserved_over_live =
       r.peak_live_bytes == 0 ? 0.0 : static_cast<double>(r.peak_reserved_bytes) / static_cast<double>(r.peak_live_bytes);
@@ -147,42 +157,62 @@ replay_result replay_on_sim(const compiled_trace& t, std::string_view allocator,
   return r;
 }
 
-std::string replay_result::to_json() const {
-  std::string out = "{";
-  const auto field = [&](const char* k, const std::string& v) { out += (out.size() > 1 ? "," : "") + json_string(k) + ":" + v; };
-  field("trace", json_string(trace));
-  field("allocator", json_string(allocator));
-  field("device", std::to_string(device));
-  field("iterations", std::to_string(iterations));
-  field("events", std::to_string(events));
-  field("host_ns_per_event", json_number(host_ns_per_event));
-  field("events_per_second", json_number(events_per_second));
-  field("upstream_allocations", std::to_string(upstream_allocations));
-  field("upstream_frees", std::to_string(upstream_frees));
-  field("upstream_calls_after_first_iteration", std::to_string(upstream_calls_after_first_iteration));
-  field("peak_live_bytes", std::to_string(peak_live_bytes));
-  field("peak_reserved_bytes", std::to_string(peak_reserved_bytes));
-  field("reserved_over_live", json_number(reserved_over_live));
-  if (fit) {
-    std::string nm = "[";
-    for (std::size_t i = 0; i < fit->non_monotone.size(); ++i) nm += (i ? "," : "") + std::to_string(fit->non_monotone[i]);
-    field("fit", "{\"capacity_bytes\":" + std::to_string(fit->capacity_bytes) + ",\"over_peak_live\":" +
-                     json_number(fit->over_peak_live) + ",\"confirmed\":" + (fit->confirmed ? "true" : "false") +
-                     ",\"non_monotone\":" + nm + "]}");
-  } else {
-    field("fit", "null");
-  }
-  if (modelled_upstream_seconds) field("modelled_upstream_seconds", json_number(*modelled_upstream_seconds));
-  if (measured_upstream_seconds) field("measured_upstream_seconds", json_number(*measured_upstream_seconds));
-  return out + "}";
+namespace {
+nlohmann::json driver_kinds_json(const auto& values) {
+  nlohmann::json o = nlohmann::json::object();
+  for (std::size_t k = 0; k < sim::driver_call_kinds; ++k) o[std::string{sim::name(static_cast<sim::driver_call>(k))}] = values[k];
+  return o;
 }
 
+nlohmann::json to_json_value(const replay_result& r) {
+  nlohmann::json j;
+  j["trace"] = r.trace;
+  j["allocator"] = r.allocator;
+  j["device"] = r.device;
+  j["iterations"] = r.iterations;
+  j["events"] = r.events;
+  j["host_ns_per_event"] = r.host_ns_per_event;
+  j["events_per_second"] = r.events_per_second;
+  j["upstream_allocations"] = r.upstream_allocations;
+  j["upstream_frees"] = r.upstream_frees;
+  j["upstream_calls_after_first_iteration"] = r.upstream_calls_after_first_iteration;
+  j["peak_live_bytes"] = r.peak_live_bytes;
+  j["peak_reserved_bytes"] = r.peak_reserved_bytes;
+  j["reserved_over_live"] = r.reserved_over_live;
+  if (r.fit) {
+    j["fit"] = {{"capacity_bytes", r.fit->capacity_bytes},
+                {"over_peak_live", r.fit->over_peak_live},
+                {"confirmed", r.fit->confirmed},
+                {"non_monotone", r.fit->non_monotone}};
+  } else {
+    j["fit"] = nullptr;
+  }
+  if (r.driver_calls) j["driver_calls"] = driver_kinds_json(*r.driver_calls);
+  if (r.modelled_driver_seconds) {
+    j["modelled_driver_seconds"] = {{"by_kind", driver_kinds_json(r.modelled_driver_seconds->by_kind)},
+                                    {"total", r.modelled_driver_seconds->total},
+                                    {"after_first_iteration", r.modelled_driver_seconds->after_first_iteration},
+                                    {"floor", r.modelled_driver_seconds->floor}};
+  }
+  if (r.modelled_upstream_seconds) j["modelled_upstream_seconds"] = *r.modelled_upstream_seconds;  // deprecated
+  if (r.measured_upstream_seconds) j["measured_upstream_seconds"] = *r.measured_upstream_seconds;
+  if (r.hazards) j["hazards"] = *r.hazards;
+  return j;
+}
+
+}  // namespace
+
+std::string replay_result::to_json() const { return to_json_value(*this).dump(); }
+
 std::string data_parallel_result::to_json() const {
-  const std::string trace = per_device.empty() ? std::string{} : per_device.front().trace;
-  const std::string alloc = per_device.empty() ? std::string{} : per_device.front().allocator;
-  return "{\"trace\":" + json_string(trace) + ",\"allocator\":" + json_string(alloc) +
-         ",\"devices\":" + std::to_string(per_device.size()) + ",\"wall_seconds\":" + json_number(wall_seconds) +
-         ",\"cpu_seconds\":" + json_number(cpu_seconds) + ",\"events_per_second\":" + json_number(events_per_second) + "}";
+  nlohmann::json j;
+  j["trace"] = per_device.empty() ? std::string{} : per_device.front().trace;
+  j["allocator"] = per_device.empty() ? std::string{} : per_device.front().allocator;
+  j["devices"] = per_device.size();
+  j["wall_seconds"] = wall_seconds;
+  j["cpu_seconds"] = cpu_seconds;
+  j["events_per_second"] = events_per_second;
+  return j.dump();
 }
 
 }  // namespace mgm

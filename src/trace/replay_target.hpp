@@ -25,9 +25,10 @@ class replay_target {
   virtual void deallocate(void* p, std::size_t bytes, stream_ref s) noexcept = 0;
 };
 
-/// `pool`, `direct`, `cub`, `pmr` or `null` (fake pointers, no work) on device `d` of `m`.
+/// `pool`, `direct`, `cub`, `pmr` or `null` (fake pointers, no work) on device `d` of `m`;
+/// with `judge`, wrapped in `sim::judged` so that the machine's judge sees every hand-out.
 std::unique_ptr<replay_target> make_replay_target(std::string_view name, sim::machine& m, device_id d,
-                                                  const pool_options& options);
+                                                  const pool_options& options, bool judge);
 /// Fake pointers, no work: the loop's own cost, subtracted from every replay's host time.
 std::unique_ptr<replay_target> make_null_target();
 

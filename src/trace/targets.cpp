@@ -2,6 +2,7 @@
 
 #include <mgm/error.hpp>
 #include <mgm/pool/caching_pool.hpp>
+#include <mgm/sim/judged.hpp>
 
 #include <memory_resource>
 #include <string>
@@ -69,12 +70,44 @@ class null_target final : public replay_target {
   std::uintptr_t next_{0x1000};
 };
 
+// A target seen as a stream allocator, so that `sim::judged` can wrap any of them.
+class target_allocator {
+ public:
+  explicit target_allocator(replay_target& t) noexcept : t_{&t} {}
+  void* allocate(std::size_t bytes, std::size_t) { return t_->allocate(bytes, stream_ref{}); }
+  void deallocate(void* p, std::size_t bytes, std::size_t) noexcept { t_->deallocate(p, bytes, stream_ref{}); }
+  void* allocate_async(std::size_t bytes, std::size_t, stream_ref s) { return t_->allocate(bytes, s); }
+  void deallocate_async(void* p, std::size_t bytes, std::size_t, stream_ref s) noexcept { t_->deallocate(p, bytes, s); }
+  friend bool operator==(const target_allocator&, const target_allocator&) = default;
+  friend device_id get_property(const target_allocator&, device_affinity) noexcept { return device_id{0}; }
+
+ private:
+  replay_target* t_;
+};
+
+// Every allocation and free of the wrapped target goes through the judge.
+class judged_target final : public replay_target {
+ public:
+  judged_target(sim::machine& m, std::unique_ptr<replay_target> inner)
+      : inner_{std::move(inner)}, adapter_{*inner_}, judged_{m, adapter_} {}
+  void* allocate(std::size_t bytes, stream_ref s) override { return judged_.allocate_async(bytes, 256, s); }
+  void deallocate(void* p, std::size_t bytes, stream_ref s) noexcept override { judged_.deallocate_async(p, bytes, 256, s); }
+
+ private:
+  std::unique_ptr<replay_target> inner_;
+  target_allocator adapter_;
+  sim::judged<target_allocator> judged_;
+};
+
 }  // namespace
 
 std::unique_ptr<replay_target> make_null_target() { return std::make_unique<null_target>(); }
 
 std::unique_ptr<replay_target> make_replay_target(std::string_view name, sim::machine& m, device_id d,
-                                                  const pool_options& options) {
+                                                  const pool_options& options, bool judge) {
+  if (judge && name != "null") {
+    return std::make_unique<judged_target>(m, make_replay_target(name, m, d, options, false));
+  }
   if (name == "pool") return std::make_unique<pool_target>(m, d, options);
   if (name == "direct") return std::make_unique<direct_target>(m, d);
   if (name == "cub") return make_cub_target(m, d);

@@ -191,7 +191,7 @@ TEST_CASE("fault_injection_adaptor fails the planned allocations, reproducibly",
   REQUIRE(pattern == "..X..X.");
   REQUIRE_THROWS_AS(a.allocate(65 * MiB), mgm::out_of_memory);
   REQUIRE(a.injected() == 3);
-  REQUIRE(m.modelled(device_id{0}).mallocs == 5);  // failures never reach the upstream
+  REQUIRE(m.modelled(device_id{0}).count(mgm::sim::driver_call::malloc) == 5);  // failures never reach the upstream
 
   const auto run = [&](std::uint64_t seed) {
     mgm::fault_injection_plan p;

@@ -124,7 +124,7 @@ TEST_CASE("pool: the same size comes back from the cache, without upstream calls
   const auto st = s.pool.statistics();
   REQUIRE(st.upstream_allocations == calls);
   REQUIRE(st.cache_hits >= 30);
-  REQUIRE(s.m.modelled(device_id{0}).mallocs == calls);
+  REQUIRE(s.m.modelled(device_id{0}).count(mgm::sim::driver_call::malloc) == calls);
 }
 
 TEST_CASE("pool: segment sizes follow the size policy", "[pool]") {
@@ -257,7 +257,7 @@ TEST_CASE("pool: during graph capture, no event query and no upstream call", "[p
   s.pool.deallocate_async(warm, 256 * KiB, 256, st);
   void* elsewhere = s.pool.allocate_async(4 * MiB, 256, other);  // cached on another stream
   s.pool.deallocate_async(elsewhere, 4 * MiB, 256, other);
-  const auto mallocs = s.m.modelled(d).mallocs;
+  const auto mallocs = s.m.modelled(d).count(mgm::sim::driver_call::malloc);
 
   s.m.begin_capture(st);
   void* p = s.pool.allocate_async(256 * KiB, 256, st);  // from the pool's own blocks
@@ -265,7 +265,7 @@ TEST_CASE("pool: during graph capture, no event query and no upstream call", "[p
   // The sim fails any event query or cudaMalloc on a capturing device: the pool makes none.
   REQUIRE_THROWS_WITH(s.pool.allocate_async(4 * MiB, 256, st), Catch::Contains("capturing a CUDA graph"));
   REQUIRE_THROWS_AS(s.pool.allocate_async(64 * MiB, 256, st), mgm::bad_alloc);
-  REQUIRE(s.m.modelled(d).mallocs == mallocs);
+  REQUIRE(s.m.modelled(d).count(mgm::sim::driver_call::malloc) == mallocs);
   s.pool.deallocate_async(p, 256 * KiB, 256, st);
   s.m.end_capture(st);
   void* after = s.pool.allocate_async(4 * MiB, 256, st);  // now it may take other's block

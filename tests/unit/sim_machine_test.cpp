@@ -234,20 +234,22 @@ TEST_CASE("a lost device fails every call but accepts frees", "[sim][faults]") {
 }
 
 TEST_CASE("the cost model is reported as modelled, per device", "[sim][costs]") {
+  using mgm::sim::driver_call;
   auto m = mgm::sim::machine::preset("dgx-h100");
   auto a = m.allocator(device_id{0});
   std::vector<void*> ps;
   for (int i = 0; i < 10; ++i) ps.push_back(a.allocate(4096));
   for (void* p : ps) a.deallocate(p, 4096);
   const auto c = m.modelled(device_id{0});
-  REQUIRE(c.mallocs == 10);
-  REQUIRE(c.frees == 10);
-  REQUIRE(c.upstream_time == 10 * 66us + 10 * 42us);
-  REQUIRE(c.upstream_seconds() == Approx(0.00108));
-  REQUIRE(m.modelled(device_id{1}).mallocs == 0);
-  m.costs().malloc = 100us;
+  REQUIRE(c.count(driver_call::malloc) == 10);
+  REQUIRE(c.count(driver_call::free) == 10);
+  REQUIRE(c.seconds(driver_call::malloc) == Approx(10 * 66e-6));  // small blocks: the fixed charge only
+  REQUIRE(c.seconds(driver_call::free) == Approx(10 * 42e-6));
+  REQUIRE(c.total_seconds() == Approx(0.00108));
+  REQUIRE(m.modelled(device_id{1}).count(driver_call::malloc) == 0);
+  m.costs().malloc_us = 100.0;
   a.deallocate(a.allocate(4096), 4096);
-  REQUIRE(m.modelled(device_id{0}).upstream_time == 10 * 66us + 11 * 42us + 100us);
+  REQUIRE(m.modelled(device_id{0}).total_seconds() == Approx(10 * 66e-6 + 11 * 42e-6 + 100e-6));
 }
 
 TEST_CASE("a machine with many GiB per device runs on this host", "[sim]") {

@@ -54,7 +54,7 @@ TEST_CASE("threads allocating, freeing and timing on shared devices", "[sim][str
   for (int d = 0; d < 2; ++d) {
     REQUIRE(m.memory(device_id{d}).used_bytes == 0);
     REQUIRE(m.invalid_frees(device_id{d}) == 0);
-    REQUIRE(m.modelled(device_id{d}).mallocs == 2 * rounds);
+    REQUIRE(m.modelled(device_id{d}).count(mgm::sim::driver_call::malloc) == 2 * rounds);
   }
 }
 

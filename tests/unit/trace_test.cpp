@@ -127,7 +127,23 @@ TEST_CASE("replay: the six-event trace has the answers worked out by hand", "[tr
   REQUIRE(direct.fit->capacity_bytes == 6 * MiB);  // 5 MiB, in 2 MiB steps
   REQUIRE(direct.fit->confirmed);
   REQUIRE(direct.fit->non_monotone.empty());
-  REQUIRE(direct.modelled_upstream_seconds == Approx(6 * 66e-6 + 6 * 42e-6));
+  // Priced call by call (driver-costs.md §3; slope 25 us/MiB below the device's high-water
+  // mark, 1 above; cudaMalloc's first 2 MiB and cudaFree's first 2 MiB are in the fixed charge):
+  //   1st: A 66 + 1 (fresh) = 67; B 66; free A 42 + 2.5 = 44.5; C [1, 5) MiB, [3, 4) recycled:
+  //        66 + 25 + 1 = 92; free B 42; free C 42 + 5 = 47
+  //   2nd: A 66 + 25 = 91; B 66; free A 44.5; C 66 + 50 = 116; free B 42; free C 47
+  using mgm::sim::driver_call;
+  REQUIRE(direct.driver_calls.has_value());
+  REQUIRE((*direct.driver_calls)[static_cast<int>(driver_call::malloc)] == 6);
+  REQUIRE((*direct.driver_calls)[static_cast<int>(driver_call::free)] == 6);
+  REQUIRE(direct.modelled_driver_seconds->by_kind[static_cast<int>(driver_call::malloc)] ==
+          Approx((67 + 66 + 92 + 91 + 66 + 116) * 1e-6));
+  REQUIRE(direct.modelled_driver_seconds->by_kind[static_cast<int>(driver_call::free)] == Approx(2 * 133.5e-6));
+  REQUIRE(direct.modelled_driver_seconds->total == Approx(765e-6));
+  REQUIRE(direct.modelled_driver_seconds->after_first_iteration == Approx(406.5e-6));
+  REQUIRE(direct.modelled_driver_seconds->floor == Approx(69e-6));  // one fresh cudaMalloc of 5 MiB
+  REQUIRE(direct.modelled_upstream_seconds == direct.modelled_driver_seconds->total);  // deprecated copy
+  REQUIRE(direct.hazards == 0u);  // replays are judged by default
 
   // The pool: A takes a 20 MiB segment, B a 2 MiB one, C reuses A's block; nothing after that.
   const auto pool = mgm::replay_on_sim(t, "pool", o);
@@ -135,6 +151,10 @@ TEST_CASE("replay: the six-event trace has the answers worked out by hand", "[tr
   REQUIRE(pool.upstream_calls_after_first_iteration == 0);
   REQUIRE(pool.peak_reserved_bytes == 22 * MiB);
   REQUIRE(pool.fit->capacity_bytes == 6 * MiB);  // segments shrink to the request when memory is short
+  REQUIRE(pool.modelled_driver_seconds->total == Approx((66 + 18 + 66) * 1e-6));  // 20 MiB fresh, then 2 MiB
+  REQUIRE(pool.modelled_driver_seconds->after_first_iteration == 0.0);
+  REQUIRE(pool.modelled_driver_seconds->floor == Approx((66 + 20) * 1e-6));  // 22 MiB in one fresh cudaMalloc
+  REQUIRE(pool.hazards == 0u);
 
   // CUB: power-of-two bins; A's 4 MiB bin serves C.
   const auto cub = mgm::replay_on_sim(t, "cub", o);
@@ -152,14 +172,62 @@ TEST_CASE("replay: the six-event trace has the answers worked out by hand", "[tr
                           "\"host_ns_per_event\":", "\"events_per_second\":", "\"upstream_allocations\":2",
                           "\"upstream_frees\":", "\"upstream_calls_after_first_iteration\":0",
                           "\"peak_live_bytes\":5242880", "\"peak_reserved_bytes\":23068672", "\"reserved_over_live\":",
-                          "\"fit\":{\"capacity_bytes\":6291456", "\"modelled_upstream_seconds\":"}) {
+                          "\"fit\":{\"capacity_bytes\":6291456", "\"modelled_upstream_seconds\":",
+                          "\"driver_calls\":{", "\"malloc\":2", "\"peer_enable\":0", "\"modelled_driver_seconds\":{",
+                          "\"by_kind\":{", "\"after_first_iteration\":0", "\"floor\":", "\"hazards\":0"}) {
     INFO(key);
     REQUIRE(json.find(key) != std::string::npos);
   }
   REQUIRE_THROWS_AS(mgm::replay_on_sim(t, "malloc", o), mgm::logic_error);
+  o.costs = mgm::sim::cost_model::none();
+  REQUIRE(mgm::replay_on_sim(t, "direct", o).modelled_driver_seconds->total == 0.0);
   o.capacity_bytes = 4 * MiB;
   o.fit = false;
   REQUIRE_THROWS_AS(mgm::replay_on_sim(t, "direct", o), mgm::out_of_memory);
+}
+
+TEST_CASE("replay: expandable segments priced call by call", "[trace][replay][costs]") {
+  // One 12 MiB block (a segment of its own size, from 10 MiB up), freed, twice.
+  std::istringstream in{"Thread,Time,Action,Pointer,Size,Stream\n"
+                        "1,00:00:00.000000,allocate,0x1000,12582912,0\n"
+                        "1,00:00:00.000001,free,0x1000,12582912,0\n"};
+  const auto t = mgm::read_rmm_csv(in, "twelve").compile();
+  mgm::replay_options o;
+  o.iterations = 2;
+  o.capacity_bytes = std::size_t{1} << 30;
+  const auto r = mgm::replay_on_sim(t, "pool", o);
+  using mgm::sim::driver_call;
+  const auto calls = [&](driver_call k) { return (*r.driver_calls)[static_cast<int>(k)]; };
+  const auto secs = [&](driver_call k) { return r.modelled_driver_seconds->by_kind[static_cast<int>(k)]; };
+  // First iteration: one reservation (19 us), six fresh 2 MiB handles (143 + 2 x 1 = 145 us each),
+  // six maps (1.5 us), one set_access over six granules for the owner (36 + 5 x 9.4 = 83 us).
+  // The second reuses the mapped block: nothing more.
+  REQUIRE(calls(driver_call::reserve) == 1);
+  REQUIRE(calls(driver_call::create) == 6);
+  REQUIRE(calls(driver_call::map) == 6);
+  REQUIRE(calls(driver_call::set_access) == 1);
+  REQUIRE(calls(driver_call::malloc) == 0);
+  REQUIRE(secs(driver_call::reserve) == Approx(19e-6));
+  REQUIRE(secs(driver_call::create) == Approx(6 * 145e-6));
+  REQUIRE(secs(driver_call::map) == Approx(6 * 1.5e-6));
+  REQUIRE(secs(driver_call::set_access) == Approx(83e-6));
+  REQUIRE(r.modelled_driver_seconds->total == Approx((19 + 870 + 9 + 83) * 1e-6));
+  REQUIRE(r.modelled_driver_seconds->after_first_iteration == 0.0);
+  REQUIRE(r.upstream_calls_after_first_iteration == 0);
+  // The floor: one handle of the peak: reserve 19 + create 143 + 12 + map 1.5 + set_access 83.
+  REQUIRE(r.modelled_driver_seconds->floor == Approx((19 + 155 + 1.5 + 83) * 1e-6));
+  REQUIRE(r.hazards == 0u);
+
+  // The high profile prices the same calls higher, the low one lower; none prices nothing.
+  o.costs = mgm::sim::cost_model::high();
+  const auto high = mgm::replay_on_sim(t, "pool", o);
+  o.costs = mgm::sim::cost_model::low();
+  const auto low = mgm::replay_on_sim(t, "pool", o);
+  REQUIRE(high.modelled_driver_seconds->total > r.modelled_driver_seconds->total);
+  REQUIRE(low.modelled_driver_seconds->total < r.modelled_driver_seconds->total);
+  // high: create 320 + 2 x 1 per handle; set_access 54 + 5 x 9.4.
+  REQUIRE(high.modelled_driver_seconds->by_kind[static_cast<int>(driver_call::create)] == Approx(6 * 322e-6));
+  REQUIRE(high.modelled_driver_seconds->by_kind[static_cast<int>(driver_call::set_access)] == Approx(101e-6));
 }
 
 // ---- real traces (label realdata; skipped when ../shared/data is absent) ------------------------

@@ -35,7 +35,8 @@ void add_replay(CLI::App& app, context& ctx) {
     int iterations{3};
     std::string capacity;
     bool fit{false};
-    std::string cost_model{"default"};
+    std::string cost_model{"typical"};
+    bool judge{false};
   };
   auto o = std::make_shared<options>();
   cmd->add_option("traces", o->traces, "RMM-format CSV traces (logging_resource_adaptor)")->required();
@@ -47,9 +48,13 @@ void add_replay(CLI::App& app, context& ctx) {
   cmd->add_option("--iterations", o->iterations, "Times each trace is replayed")->check(CLI::PositiveNumber)->capture_default_str();
   auto* cap = cmd->add_option("--capacity", o->capacity, "Simulated device memory (default: the --sim machine's, else 80GiB)");
   cmd->add_flag("--fit", o->fit, "Search the smallest capacity (2 MiB steps) that runs the trace")->excludes(cap);
-  cmd->add_option("--cost-model", o->cost_model, "default (66 us per cudaMalloc, 42 us per cudaFree, modelled) or none")
-      ->check(CLI::IsMember({"default", "none"}))
+  cmd->add_option("--cost-model", o->cost_model,
+                  "Modelled driver costs (research/driver-costs.md §3): typical (also 'default'), low, high, or none")
+      ->check(CLI::IsMember({"typical", "default", "low", "high", "none"}))
       ->capture_default_str();
+  cmd->add_flag("--judge", o->judge,
+                "Judge every hand-out on the simulator (stream safety, graphs, virtual memory); counts hazards. "
+                "Host time then includes the judge");
   cmd->footer("Example: mgm --sim dgx-h100 replay resnet50.rmm_log.csv --allocator pool,cub,direct --devices 4 --iterations 6");
   cmd->callback([&ctx, o] {
     // Where: the simulator unless a GPU is present and --sim is absent.
@@ -91,9 +96,12 @@ void add_replay(CLI::App& app, context& ctx) {
     mgm::replay_options ro;
     ro.iterations = o->iterations;
     ro.fit = o->fit;
-    if (o->cost_model == "none") {
-      ro.costs.malloc = ro.costs.free = ro.costs.vmm_create = ro.costs.vmm_map = std::chrono::nanoseconds{0};
-    }
+    ro.judge = o->judge;
+    if (on_gpu && o->judge) throw tool_error{exit_bad_input, "--judge judges replays on the simulator only (use --sim)"};
+    ro.costs = o->cost_model == "low"    ? mgm::sim::cost_model::low()
+               : o->cost_model == "high" ? mgm::sim::cost_model::high()
+               : o->cost_model == "none" ? mgm::sim::cost_model::none()
+                                         : mgm::sim::cost_model::typical();
     std::vector<std::size_t> capacities;
     for (int d = 0; d < o->devices; ++d) {
       if (!o->capacity.empty()) {
@@ -139,18 +147,24 @@ void add_replay(CLI::App& app, context& ctx) {
     std::printf("Replays on %s, %d iteration%s, %d device%s in parallel%s\n\n",
                 on_gpu ? "this GPU machine" : (machine ? ("the simulated machine " + machine->name()).c_str() : "simulated devices"),
                 o->iterations, o->iterations == 1 ? "" : "s", o->devices, o->devices == 1 ? "" : "s",
-                o->cost_model == "none" ? ", no modelled driver cost" : "");
-    std::printf("%-28s %-7s %3s %9s %12s %10s %9s %8s %8s %10s %14s\n", "TRACE", "ALLOC", "DEV", "EVENTS", "HOST ns/EVENT",
-                "PEAK LIVE", "RES/LIVE", "FIT", "MALLOCS", "AFTER 1ST", on_gpu ? "DRIVER s" : "MODELLED s");
+                (", driver costs modelled '" + (o->cost_model == "default" ? std::string{"typical"} : o->cost_model) + "'" +
+                 (o->judge ? ", judged" : "")).c_str());
+    std::printf("%-28s %-7s %3s %9s %12s %10s %9s %8s %8s %10s %14s %10s%s\n", "TRACE", "ALLOC", "DEV", "EVENTS", "HOST ns/EVENT",
+                "PEAK LIVE", "RES/LIVE", "FIT", "ALLOCS", "AFTER 1ST", on_gpu ? "DRIVER s" : "MODELLED s", "FLOOR s",
+                o->judge ? "  HAZARDS" : "");
     for (const auto& run : runs) {
       for (const auto& r : run.per_device) {
         const std::string fit = r.fit ? fixed(r.fit->over_peak_live, 3) : "--";
-        const auto upstream = r.modelled_upstream_seconds ? r.modelled_upstream_seconds : r.measured_upstream_seconds;
-        std::printf("%-28.28s %-7s %3d %9zu %12.1f %10s %9.3f %8s %8llu %10llu %14s\n", r.trace.c_str(), r.allocator.c_str(),
-                    r.device, r.events, r.host_ns_per_event, mgm::format_bytes(r.peak_live_bytes).c_str(),
-                    r.reserved_over_live, fit.c_str(), static_cast<unsigned long long>(r.upstream_allocations),
+        const auto upstream = r.modelled_driver_seconds ? std::optional{r.modelled_driver_seconds->total}
+                                                        : r.measured_upstream_seconds;
+        const std::string floor = r.modelled_driver_seconds ? fixed(r.modelled_driver_seconds->floor, 4) : "--";
+        const std::string hazards = r.hazards ? "  " + std::to_string(*r.hazards) : "";
+        std::printf("%-28.28s %-7s %3d %9zu %12.1f %10s %9.3f %8s %8llu %10llu %14s %10s%s\n", r.trace.c_str(),
+                    r.allocator.c_str(), r.device, r.events, r.host_ns_per_event,
+                    mgm::format_bytes(r.peak_live_bytes).c_str(), r.reserved_over_live, fit.c_str(),
+                    static_cast<unsigned long long>(r.upstream_allocations),
                     static_cast<unsigned long long>(r.upstream_calls_after_first_iteration),
-                    upstream ? fixed(*upstream, 4).c_str() : "--");
+                    upstream ? fixed(*upstream, 4).c_str() : "--", floor.c_str(), hazards.c_str());
       }
     }
     if (o->devices > 1) {
@@ -163,8 +177,10 @@ void add_replay(CLI::App& app, context& ctx) {
       }
     }
     std::printf("\nHOST ns/EVENT: host time per allocation or free, less a do-nothing replay. RES/LIVE: peak device use "
-                "over peak requested bytes. FIT: smallest capacity that runs it, over peak live. AFTER 1ST: driver calls "
-                "after the first iteration.\n");
+                "over peak requested bytes. FIT: smallest capacity that runs it, over peak live. ALLOCS: cudaMalloc + "
+                "cuMemCreate calls. AFTER 1ST: driver calls that obtain, map or free memory after the first iteration. "
+                "MODELLED s: every driver call priced by the cost model (events and virtual-memory calls included). "
+                "FLOOR s: the model's price of obtaining the peak reserved bytes once.\n");
   });
 }
 

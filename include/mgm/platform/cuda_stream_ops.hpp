@@ -44,9 +44,17 @@ class cuda_stream_ops {
     MGM_CUDA_TRY(cudaStreamIsCapturing(s.get(), &status));
     return status != cudaStreamCaptureStatusNone;
   }
+  capture_mode exchange_capture_mode(capture_mode mode) const {
+    auto m = static_cast<cudaStreamCaptureMode>(mode);
+    MGM_CUDA_TRY(cudaThreadExchangeStreamCaptureMode(&m));
+    return static_cast<capture_mode>(m);
+  }
 
   friend constexpr bool operator==(cuda_stream_ops, cuda_stream_ops) noexcept { return true; }
 };
 static_assert(stream_ops<cuda_stream_ops>);
+static_assert(static_cast<int>(capture_mode::global) == cudaStreamCaptureModeGlobal &&
+              static_cast<int>(capture_mode::local) == cudaStreamCaptureModeThreadLocal &&
+              static_cast<int>(capture_mode::relaxed) == cudaStreamCaptureModeRelaxed);
 
 }  // namespace mgm

@@ -11,6 +11,11 @@
 ///   host waits (`synchronize`, an event's `synchronize`, a free that models `cudaFree`).
 /// - *tail*: when a stream's enqueued work completes; `enqueue(s, w)`: `tail = max(tail, now) + w`.
 /// - *modelled cost*: the `cost_model` charge of each platform call; never a measurement.
+/// - *judge*: the `oracle`, which checks every hand-out `sim::judged` reports against the uses
+///   the machine knows of (streams, events, graphs) and lists what breaks a rule in `hazards()`.
+///   The virtual-memory seam checks the driver's documented rules the same way.
+/// - *graph*: work captured on a stream between `begin_capture` and `end_capture`; it runs only
+///   when launched, and memory its capture allocated or freed stays its own until `destroy`.
 ///
 /// Invariants, per device d:
 /// - `used(d) == Σ live allocations (rounded to 256 B) + Σ unreleased physical VMM bytes`
@@ -25,6 +30,8 @@
 #include <mgm/sim/device_allocator.hpp>
 #include <mgm/sim/device_spec.hpp>
 #include <mgm/sim/fault_plan.hpp>
+#include <mgm/sim/hazard.hpp>
+#include <mgm/sim/oracle.hpp>
 #include <mgm/sim/peer_ops.hpp>
 #include <mgm/sim/pinned_host_allocator.hpp>
 #include <mgm/sim/stream_ops.hpp>
@@ -58,6 +65,18 @@ struct memory_info {
   std::size_t live_allocations{0};
 };
 
+/// @brief How a machine judges and prices: the defaulted last parameter of every constructor.
+struct machine_options {
+  oracle_mode oracle{oracle_mode::enforce};  ///< the stream-safety judge, on by default
+  cost_model costs{cost_model::typical()};   ///< the price of each driver call
+};
+
+/// @brief A captured graph (`end_capture`), until `destroy`.
+struct graph {
+  std::uint64_t id{0};
+  friend bool operator==(const graph&, const graph&) = default;
+};
+
 /// @brief N simulated GPUs with their memory, streams, events, virtual memory, peer access,
 /// fault injection and cost model.
 ///
@@ -72,17 +91,17 @@ struct memory_info {
 class machine {
  public:
   /// @brief A preset by name (see `preset_names()`). @throws mgm::logic_error listing the names.
-  [[nodiscard]] static machine preset(std::string_view name);
+  [[nodiscard]] static machine preset(std::string_view name, machine_options options = {});
   /// @brief `dgx1-v100`, `dgx-a100`, `dgx-h100`, `hgx-h200`, `pcie-4gpu-mixed`.
   [[nodiscard]] static std::span<const std::string_view> preset_names() noexcept;
   /// @brief A preset name, or else a device list as `parse_device_list` reads it.
   /// @throws mgm::parse_error (naming the column) when it is neither.
-  [[nodiscard]] static machine from_string(std::string_view preset_or_device_list);
+  [[nodiscard]] static machine from_string(std::string_view preset_or_device_list, machine_options options = {});
 
   /// @brief Devices as given; pairs are `PHB` apart on the same (or unknown) NUMA node, else `SYS`.
-  explicit machine(std::vector<device_spec> devices);
+  explicit machine(std::vector<device_spec> devices, machine_options options = {});
   /// @brief Devices with an explicit topology (`links.gpu_count() == devices.size()`).
-  machine(std::vector<device_spec> devices, topology links, std::string name = "custom");
+  machine(std::vector<device_spec> devices, topology links, std::string name = "custom", machine_options options = {});
   ~machine();
   machine(machine&&) noexcept;
   machine& operator=(machine&&) noexcept;
@@ -106,8 +125,13 @@ class machine {
   /// @brief Frees given pointers the device did not hold (each also reported through `mgm::log`).
   [[nodiscard]] std::uint64_t invalid_frees(device_id d) const;
 
-  /// @brief A new stream on `d`. The stream lives as long as the machine.
+  /// @brief A new stream on `d`, until `destroy_stream`. It may get the handle value of a
+  /// destroyed stream, as CUDA's streams may; it is a different stream all the same.
   [[nodiscard]] stream_ref create_stream(device_id d);
+  /// @brief `cudaStreamDestroy`: work already enqueued completes; recording an event on, waiting
+  /// on or allocating on the stream afterwards is a hazard (undefined behaviour on CUDA).
+  /// @throws mgm::logic_error for the default stream, a capturing or an unknown stream.
+  void destroy_stream(stream_ref s);
   /// @brief `d`'s default stream (what a null `stream_ref` means for `d`'s allocator).
   [[nodiscard]] stream_ref default_stream(device_id d) const;
   /// @brief The device a stream of this machine belongs to. @throws mgm::logic_error for a
@@ -120,9 +144,27 @@ class machine {
   [[nodiscard]] std::chrono::nanoseconds now(device_id d) const;
   /// @brief The host waits for all of `d`'s work: `now = max(now, every tail)`.
   void synchronize(device_id d);
-  /// @brief Starts / ends a (global-mode) graph capture on `s`.
-  void begin_capture(stream_ref s);
-  void end_capture(stream_ref s);
+  /// @brief Starts capturing a graph on `s` in `mode` (`cudaStreamBeginCapture`). Work enqueued
+  /// on `s` until `end_capture` is recorded into the graph, not run.
+  /// @throws mgm::logic_error for the default stream, a dead or an already capturing stream.
+  void begin_capture(stream_ref s, capture_mode mode = capture_mode::global);
+  /// @brief Ends the capture on `s` and returns its graph.
+  /// @throws mgm::cuda_error (`cudaErrorStreamCaptureInvalidated`) when a prohibited call broke
+  /// the capture (the stream no longer captures then); mgm::logic_error when `s` is not capturing.
+  graph end_capture(stream_ref s);
+  /// @brief Runs `g`'s work again on `s` (`cudaGraphLaunch`); it touches every range its capture
+  /// used: one now held by another user is a `graph_replay` hazard.
+  void launch(graph g, stream_ref s);
+  /// @brief `cudaGraphExecDestroy`: memory used by the capture is the graph's until its last
+  /// launch ends. @throws mgm::logic_error for an unknown or destroyed graph.
+  void destroy(graph g);
+
+  /// @brief Every hazard found so far, in order.
+  [[nodiscard]] std::vector<hazard> hazards() const;
+  void clear_hazards();
+  /// @brief The judge `sim::judged` reports to.
+  [[nodiscard]] sim::oracle oracle() const noexcept { return sim::oracle{state_.get()}; }
+  [[nodiscard]] oracle_mode judging() const noexcept;
 
   [[nodiscard]] sim::stream_ops streams() const noexcept;
   [[nodiscard]] sim::vmm_ops vmm() const noexcept;
@@ -131,7 +173,12 @@ class machine {
 
   /// @brief The cost constants; set them before the machine is used from several threads.
   [[nodiscard]] cost_model& costs() noexcept;
+  /// @brief The driver calls `d` was asked for, with their modelled time, per kind.
   [[nodiscard]] modelled_costs modelled(device_id d) const;
+  /// @brief Host time the simulator spent in the calls whose time is modelled (its own mmap,
+  /// mprotect and table bookkeeping for cudaMalloc, cudaFree and the virtual-memory calls),
+  /// measured, so a replay can subtract it from the allocator's host time.
+  [[nodiscard]] std::chrono::nanoseconds bookkeeping(device_id d) const;
 
  private:
   std::unique_ptr<detail::machine_state> state_;

@@ -28,8 +28,11 @@ struct event {
 /// `machine::enqueue(s, w)` sets `tail = max(tail, now) + w`. `record(e, s)` stamps `e` with
 /// `s`'s tail; `query(e)` is `now(device) >= stamp`; `wait(s, e)` sets `s`'s tail to at least
 /// `e`'s stamp, so work enqueued on `s` later runs after `e`; `synchronize(e)` moves the clock to
-/// the stamp (the host waited). While a stream of a device is capturing a graph, `query` on that
-/// device's events fails as CUDA does (`cudaErrorStreamCaptureUnsupported`).
+/// the stamp (the host waited). `query` and `synchronize` are "potentially unsafe" calls: while
+/// a capture prohibits them (see `capture_mode`) they fail as CUDA's do
+/// (`cudaErrorStreamCaptureUnsupported`) and invalidate the captures they interfere with.
+/// Recording on or waiting on a destroyed stream is a hazard (`machine::hazards()`). Each call
+/// is counted and priced (`event_record`, `event_query`, `event_wait`).
 /// A handle to its machine: copies are equal. **Thread safety:** safe (per-device locks).
 class stream_ops {
  public:
@@ -45,6 +48,9 @@ class stream_ops {
   void synchronize(event e);
   void destroy_event(event e) noexcept;
   [[nodiscard]] bool is_capturing(stream_ref s);
+  /// @brief The calling thread's capture mode becomes `mode`; returns the previous one (per
+  /// thread, for every machine, as CUDA's is per thread for the process).
+  capture_mode exchange_capture_mode(capture_mode mode) noexcept;
 
   friend bool operator==(const stream_ops&, const stream_ops&) = default;
 

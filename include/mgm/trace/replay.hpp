@@ -8,6 +8,7 @@
 #include <mgm/sim/cost_model.hpp>
 #include <mgm/trace/trace.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -26,7 +27,24 @@ struct replay_fit {
   std::vector<std::size_t> non_monotone;  ///< capacities above the fit that failed
 };
 
+/// @brief The modelled driver time of a replay on the simulator, in seconds (`sim::cost_model`).
+struct modelled_driver_seconds {
+  std::array<double, sim::driver_call_kinds> by_kind{};  ///< indexed by `sim::driver_call`
+  double total{0.0};
+  double after_first_iteration{0.0};
+  /// @brief The model's charge for obtaining the allocator's own peak reserved bytes once, in one
+  /// allocation of its kind: one cudaMalloc, or (an allocator that mapped virtual memory)
+  /// reserve + create + map + set_access of one handle, on a device that never held memory.
+  double floor{0.0};
+};
+
 /// @brief One allocator's replay of one trace on one device (DESIGN.md §7; `mgm replay --json`).
+///
+/// Host time: the replay's wall time, less a replay of the same trace through a do-nothing
+/// target, less the host time the simulator spent in calls whose time is modelled (its mmap,
+/// mprotect and table work for cudaMalloc, cudaFree and the virtual-memory calls, measured
+/// around each such call: `sim::machine::bookkeeping`). What is left is the allocator's own.
+/// With the judge on (`replay_options::judge`), the judge's work is part of it.
 struct replay_result {
   std::string trace;
   std::string allocator;
@@ -35,15 +53,22 @@ struct replay_result {
   std::size_t events{0};                       ///< per iteration
   double host_ns_per_event{0.0};               ///< the replay minus a do-nothing replay, per event
   double events_per_second{0.0};
-  std::uint64_t upstream_allocations{0};
-  std::uint64_t upstream_frees{0};
+  std::uint64_t upstream_allocations{0};      ///< cudaMalloc + cuMemCreate
+  std::uint64_t upstream_frees{0};            ///< cudaFree + cuMemRelease
+  /// @brief malloc, free, reserve, create, map, set_access, unmap and release after the first
+  /// iteration (events are not counted).
   std::uint64_t upstream_calls_after_first_iteration{0};
   std::size_t peak_live_bytes{0};              ///< requested bytes
   std::size_t peak_reserved_bytes{0};          ///< the device's peak use
   double reserved_over_live{0.0};
   std::optional<replay_fit> fit;
-  std::optional<double> modelled_upstream_seconds;  ///< on the simulator
+  /// @brief Calls per kind (`sim::driver_call`), on the simulator.
+  std::optional<std::array<std::uint64_t, sim::driver_call_kinds>> driver_calls;
+  std::optional<mgm::modelled_driver_seconds> modelled_driver_seconds;  ///< on the simulator
+  /// @brief Deprecated: a copy of `modelled_driver_seconds->total`, kept for one release.
+  std::optional<double> modelled_upstream_seconds;
   std::optional<double> measured_upstream_seconds;  ///< on a GPU
+  std::optional<std::uint64_t> hazards;             ///< what the judge found (when it was on)
 
   /// @brief One JSON object with exactly the fields above (`fit` null unless searched).
   [[nodiscard]] std::string to_json() const;
@@ -55,7 +80,10 @@ struct replay_options {
   bool fit{false};
   std::size_t capacity_bytes{std::size_t{80} << 30};  ///< the simulated device's memory
   pool_options pool{};                                 ///< for the `pool` allocator
-  sim::cost_model costs{};                             ///< the simulated driver's call costs (`{0, 0, 0, 0}`: none)
+  sim::cost_model costs{};                             ///< the simulated driver's call costs (`none()`: free)
+  /// @brief Wrap the allocator in `sim::judged` (hazards are counted in `replay_result::hazards`,
+  /// not thrown). On by default; `mgm replay` and the benchmarks switch it on with `--judge`.
+  bool judge{true};
 };
 
 /// @brief The allocators a trace can be replayed through on the simulator: `pool` (our caching
