@@ -439,6 +439,11 @@ void oracle::used_on(const void* p, stream_ref stream) const {
   if (std::find(r.extra.begin(), r.extra.end(), by.stream) == r.extra.end()) r.extra.push_back(by.stream);
 }
 
+std::size_t oracle::tracked_ranges() const {
+  const std::lock_guard lock{machine_->oracle_mutex};
+  return machine_->ranges.size();
+}
+
 // ---- machine -------------------------------------------------------------------------------
 
 std::vector<hazard> machine::hazards() const {

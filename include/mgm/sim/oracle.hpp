@@ -60,6 +60,9 @@ class oracle {
   /// @brief `p` is also used by work on `stream` (`record_stream`).
   void used_on(const void* p, stream_ref stream) const;
 
+  /// @brief The ranges the judge keeps now: live ones and freed ones not yet safe for everyone.
+  [[nodiscard]] std::size_t tracked_ranges() const;
+
   friend bool operator==(const oracle&, const oracle&) = default;
 
  private:

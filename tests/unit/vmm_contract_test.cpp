@@ -1,0 +1,280 @@
+// The driver's documented rules for virtual memory, enforced by the simulator: every rule broken
+// once through the sim's seam, and once through the real `cuda_vmm_ops` over a fake driver table
+// that forwards to the sim. The pool's expandable segments then run over that real seam code.
+#include <mgm/error.hpp>
+#include <mgm/platform/cuda_vmm_ops.hpp>
+#include <mgm/pool/caching_pool.hpp>
+#include <mgm/sim/judged.hpp>
+#include <mgm/sim/machine.hpp>
+
+#include "log_capture.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+using mgm::device_id;
+using mgm::sim::hazard_kind;
+
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+// ---- a driver table over the simulator ------------------------------------------------------
+
+mgm::sim::machine* g_sim = nullptr;  // the machine the fake driver forwards to (one test at a time)
+
+// Runs a seam call; a thrown error or a new hazard becomes the driver's CUDA_ERROR_INVALID_VALUE.
+CUresult guarded(const std::function<void()>& call) {
+  const auto before = g_sim->hazards().size();
+  try {
+    call();
+  } catch (const mgm::out_of_memory&) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception&) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return g_sim->hazards().size() > before ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+CUresult fake_reserve(CUdeviceptr* ptr, size_t size, size_t, CUdeviceptr addr, unsigned long long flags) {
+  if (addr != 0 || flags != 0) return CUDA_ERROR_NOT_SUPPORTED;
+  return guarded([&] { *ptr = reinterpret_cast<CUdeviceptr>(g_sim->vmm().reserve(device_id{0}, size)); });
+}
+CUresult fake_address_free(CUdeviceptr ptr, size_t size) {
+  return guarded([&] { g_sim->vmm().unreserve(reinterpret_cast<void*>(ptr), size); });
+}
+CUresult fake_create(CUmemGenericAllocationHandle* h, size_t size, const CUmemAllocationProp* prop, unsigned long long) {
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return guarded([&] { *h = g_sim->vmm().create(device_id{prop->location.id}, size); });
+}
+CUresult fake_release(CUmemGenericAllocationHandle h) {
+  return guarded([&] { g_sim->vmm().release(h); });
+}
+CUresult fake_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long) {
+  if (offset != 0) return CUDA_ERROR_INVALID_VALUE;
+  return guarded([&] { g_sim->vmm().map(reinterpret_cast<void*>(ptr), size, h); });
+}
+CUresult fake_unmap(CUdeviceptr ptr, size_t size) {
+  return guarded([&] { g_sim->vmm().unmap(reinterpret_cast<void*>(ptr), size); });
+}
+CUresult fake_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  std::vector<device_id> readers;
+  for (size_t i = 0; i < count; ++i) {
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    readers.push_back(device_id{desc[i].location.id});
+  }
+  return guarded([&] { g_sim->vmm().set_access(reinterpret_cast<void*>(ptr), size, readers); });
+}
+CUresult fake_granularity(size_t* g, const CUmemAllocationProp*, CUmemAllocationGranularity_flags) {
+  *g = mgm::sim::vmm_ops::granule_bytes;
+  return CUDA_SUCCESS;
+}
+CUresult fake_error_name(CUresult r, const char** name) {
+  *name = r == CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE" : r == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_UNKNOWN";
+  return CUDA_SUCCESS;
+}
+CUresult fake_device_get(CUdevice* d, int ordinal) {
+  if (ordinal < 0 || ordinal >= g_sim->device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  *d = ordinal;
+  return CUDA_SUCCESS;
+}
+CUresult fake_device_attribute(int* value, CUdevice_attribute attribute, CUdevice) {
+  *value = attribute == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+const mgm::cuda_vmm_driver& fake_driver() {
+  static const mgm::cuda_vmm_driver table = [] {
+    mgm::cuda_vmm_driver t;
+    t.address_reserve = fake_reserve;
+    t.address_free = fake_address_free;
+    t.create = fake_create;
+    t.release = fake_release;
+    t.map = fake_map;
+    t.unmap = fake_unmap;
+    t.set_access = fake_set_access;
+    t.granularity = fake_granularity;
+    t.error_name = fake_error_name;
+    t.device_get = fake_device_get;
+    t.device_attribute = fake_device_attribute;
+    return t;
+  }();
+  return table;
+}
+
+struct fake_driver_machine {
+  mgm::sim::machine m{mgm::sim::parse_device_list("2x64MiB")};
+  fake_driver_machine() { g_sim = &m; }
+  ~fake_driver_machine() { g_sim = nullptr; }
+};
+
+// A simulated device whose virtual-memory seam is the real cuda_vmm_ops over the fake table: a
+// pool over it runs its expandable segments through the code that runs on a GPU.
+class fake_driver_device {
+ public:
+  using stream_ops_type = mgm::sim::stream_ops;
+  using vmm_ops_type = mgm::cuda_vmm_ops;
+  explicit fake_driver_device(mgm::sim::device_allocator inner) : inner_{inner} {}
+  void* allocate(std::size_t b, std::size_t a = 256) { return inner_.allocate(b, a); }
+  void deallocate(void* p, std::size_t b, std::size_t a = 256) noexcept { inner_.deallocate(p, b, a); }
+  void* allocate_async(std::size_t b, std::size_t a, mgm::stream_ref s) { return inner_.allocate_async(b, a, s); }
+  void deallocate_async(void* p, std::size_t b, std::size_t a, mgm::stream_ref s) noexcept {
+    inner_.deallocate_async(p, b, a, s);
+  }
+  [[nodiscard]] stream_ops_type stream_ops() const noexcept { return inner_.stream_ops(); }
+  [[nodiscard]] vmm_ops_type vmm_ops() const noexcept { return mgm::cuda_vmm_ops{fake_driver()}; }
+  [[nodiscard]] std::size_t total_bytes() const { return inner_.total_bytes(); }
+  friend bool operator==(const fake_driver_device&, const fake_driver_device&) = default;
+  friend void get_property(const fake_driver_device&, mgm::device_accessible) noexcept {}
+  friend device_id get_property(const fake_driver_device& d, mgm::device_affinity) noexcept { return d.inner_.device(); }
+
+ private:
+  mgm::sim::device_allocator inner_;
+};
+static_assert(mgm::vmm_allocator<fake_driver_device>);
+
+// Hands out the start of a mapped range without ever granting access: breaks "access before use".
+template <class Vmm>
+struct no_access_allocator {
+  Vmm vmm;
+  void* va{nullptr};
+  void* allocate(std::size_t, std::size_t = 256) { return va; }
+  void deallocate(void*, std::size_t, std::size_t = 256) noexcept {}
+  friend bool operator==(const no_access_allocator&, const no_access_allocator&) noexcept { return true; }
+  friend device_id get_property(const no_access_allocator&, mgm::device_affinity) noexcept { return device_id{0}; }
+};
+
+// Breaks each rule once through `vmm` (the sim's seam or cuda_vmm_ops over the fake); `rejects`
+// checks a call that may throw was refused.
+template <class Vmm>
+void breach_every_rule(mgm::sim::machine& m, Vmm vmm, const std::function<void(std::function<void()>)>& rejects) {
+  const device_id d{0};
+  mgm::test::log_capture log;
+  std::size_t expected = 0;
+  const auto one_more = [&](const char* rule) {
+    INFO(rule);
+    ++expected;
+    REQUIRE(m.hazards().size() == expected);
+    REQUIRE(m.hazards().back().kind == hazard_kind::vmm_contract);
+  };
+  void* va = vmm.reserve(d, 16 * MiB);
+  auto* base = static_cast<std::byte*>(va);
+  const auto h = vmm.create(d, 4 * MiB);
+
+  // 1. Sizes and offsets are multiples of the granularity.
+  rejects([&] { (void)vmm.create(d, 3 * MiB); });
+  one_more("create of a size that is not a granule multiple");
+  rejects([&] { vmm.map(base + MiB, 2 * MiB, h); });
+  one_more("map at an offset that is not a granule multiple");
+  // 2. Maps go only inside a reserved range, never over an existing mapping.
+  rejects([&] { vmm.map(base + 14 * MiB, 4 * MiB, h); });
+  one_more("map past the end of the reservation");
+  vmm.map(base, 4 * MiB, h);
+  const auto h2 = vmm.create(d, 2 * MiB);
+  rejects([&] { vmm.map(base + 2 * MiB, 2 * MiB, h2); });
+  one_more("map over a mapped range");
+  // 3. Access is granted before use.
+  {
+    no_access_allocator<Vmm> raw{vmm, va};
+    mgm::sim::judged judged{m, raw};
+    REQUIRE_THROWS_AS(judged.allocate(MiB), mgm::sim::stream_hazard);
+    one_more("memory handed out before set_access");
+  }
+  const std::vector<device_id> owner{d};
+  vmm.set_access(va, 4 * MiB, owner);
+  std::memset(va, 0x11, 4 * MiB);
+  // 4. Only whole mapped ranges are unmapped.
+  vmm.unmap(base, 2 * MiB);
+  one_more("unmap of half a mapping");
+  // 5. A handle is released only after it is unmapped.
+  vmm.release(h);
+  one_more("release of a mapped handle");
+  // 6. A reserved range is freed only when nothing is mapped in it.
+  vmm.unreserve(va, 16 * MiB);
+  one_more("unreserve of a range with a mapping");
+  REQUIRE(log.messages.size() >= 3);  // the noexcept calls say what they refused
+
+  // The right order leaves nothing behind.
+  vmm.unmap(base, 4 * MiB);
+  vmm.release(h2);
+  vmm.unreserve(va, 16 * MiB);
+  REQUIRE(m.hazards().size() == expected);
+  REQUIRE(m.memory(d).used_bytes == 0);
+}
+
+}  // namespace
+
+TEST_CASE("vmm contract: every rule broken once through the simulator's seam", "[sim][vmm][judge]") {
+  mgm::sim::machine m{mgm::sim::parse_device_list("2x64MiB")};
+  breach_every_rule(m, m.vmm(), [](const std::function<void()>& call) {
+    REQUIRE_THROWS_AS(call(), mgm::sim::stream_hazard);
+  });
+}
+
+TEST_CASE("vmm contract: every rule broken once through cuda_vmm_ops over a fake driver table", "[sim][vmm][judge]") {
+  fake_driver_machine f;
+  const mgm::cuda_vmm_ops vmm{fake_driver()};
+  REQUIRE(vmm.supported(device_id{0}));
+  REQUIRE(vmm.granularity(device_id{0}) == 2 * MiB);
+  REQUIRE_FALSE(vmm == mgm::cuda_vmm_ops{});  // another table than the driver's own
+  breach_every_rule(f.m, vmm, [](const std::function<void()>& call) {
+    try {
+      call();
+      FAIL("not refused");
+    } catch (const mgm::cuda_error& e) {  // the driver's code, through cuda_vmm_ops' own translation
+      REQUIRE(e.code() == cudaErrorInvalidValue);
+      REQUIRE(std::string{e.what()}.find("CUDA_ERROR_INVALID_VALUE") != std::string::npos);
+    }
+  });
+  // Out of memory is the driver's CUDA_ERROR_OUT_OF_MEMORY, and our out_of_memory.
+  REQUIRE_THROWS_AS(vmm.create(device_id{1}, 128 * MiB), mgm::out_of_memory);
+}
+
+TEST_CASE("vmm contract: without a driver, cuda_vmm_ops says so", "[sim][vmm]") {
+  mgm::cuda_vmm_driver none;
+  none.unavailable = "the CUDA driver entry point cuMemCreate is unavailable (test)";
+  const mgm::cuda_vmm_ops vmm{none};
+  REQUIRE_FALSE(vmm.supported(device_id{0}));
+  REQUIRE_THROWS_AS(vmm.create(device_id{0}, 2 * MiB), mgm::cuda_error);
+  vmm.unmap(nullptr, 0);  // noexcept calls do nothing
+}
+
+TEST_CASE("vmm contract: the pool's expandable segments over the real cuda_vmm_ops", "[pool][vmm][judge]") {
+  fake_driver_machine f;
+  {
+    mgm::pool_options o;
+    o.expandable_segments = true;
+    mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, o};
+    REQUIRE(pool.expandable());
+    mgm::sim::judged judged{f.m, pool};
+    const auto s1 = f.m.create_stream(device_id{0});
+    const auto s2 = f.m.create_stream(device_id{0});
+    std::vector<void*> ps;
+    for (int i = 0; i < 3; ++i) ps.push_back(judged.allocate_async(12 * MiB, 256, i % 2 == 0 ? s1 : s2));
+    for (void* p : ps) std::memset(p, 0x3C, 12 * MiB);  // mapped and accessible through the fake driver
+    REQUIRE(f.m.vmm().mapped_bytes(device_id{0}) == 36 * MiB);
+    for (std::size_t i = 0; i < ps.size(); ++i) judged.deallocate_async(ps[i], 12 * MiB, 256, i % 2 == 0 ? s1 : s2);
+    void* again = judged.allocate_async(24 * MiB, 256, s1);
+    judged.deallocate_async(again, 24 * MiB, 256, s1);
+    (void)pool.release();
+    REQUIRE(pool.reserved_bytes() == 0);
+    REQUIRE(f.m.vmm().mapped_bytes(device_id{0}) == 0);
+    using mgm::sim::driver_call;
+    REQUIRE(f.m.modelled(device_id{0}).count(driver_call::create) >= 18);  // 2 MiB granules
+    REQUIRE(f.m.modelled(device_id{0}).count(driver_call::unmap) >= 1);
+    REQUIRE(f.m.hazards().empty());
+  }
+  REQUIRE(f.m.memory(device_id{0}).used_bytes == 0);
+  REQUIRE(f.m.hazards().empty());
+}
