@@ -24,6 +24,7 @@ const char* name(hazard_kind k) noexcept {
   switch (k) {
     case hazard_kind::reuse: return "reuse";
     case hazard_kind::overlap: return "overlap";
+    case hazard_kind::unordered_free: return "unordered_free";
     case hazard_kind::dead_stream: return "dead_stream";
     case hazard_kind::graph_replay: return "graph_replay";
     case hazard_kind::vmm_contract: return "vmm_contract";
@@ -393,17 +394,33 @@ void oracle::freed(const void* p, std::optional<stream_ref> stream, std::optiona
     detail::tracked_range& r = it->second;
     std::vector<detail::range_use> uses;
     const auto add_stream = [&](detail::stream_id s) { uses.push_back({s, detail::tail_of(m, s), 0}); };
-    const auto default_stream = [&](std::uint32_t dev) { return detail::make_stream_id(dev, 0, 0); };
-    if (r.holder.host) {
-      add_stream(default_stream(r.holder.device));  // what the host enqueued with it, on the legacy stream
-    } else {
-      add_stream(r.holder.stream);
+    // A free in a stream's order ends every use in that order: the freeing stream's work is the
+    // use that may still touch the block (a synchronous free: the legacy default stream's).
+    const detail::stream_id free_stream = by.host ? detail::make_stream_id(by.device, 0, 0) : by.stream;
+    add_stream(free_stream);
+    // Freed on another stream than it was allocated on: the caller must have ordered the
+    // allocating stream's work before the free (an event it waited on), or that work is done.
+    if (!r.holder.host && r.holder.stream != free_stream) {
+      const std::int64_t until = detail::tail_of(m, r.holder.stream);
+      const bool ordered = detail::now_of(m, detail::device_of_id(r.holder.stream)) >= until ||
+                           (!by.host && detail::known(by.clock, r.holder.stream) >= until);
+      if (!ordered) {
+        hazard h;
+        h.kind = hazard_kind::unordered_free;
+        h.device = device_id{static_cast<int>(r.device)};
+        h.address = addr;
+        h.bytes = r.bytes;
+        h.earlier_user = m.describe_stream(r.holder.stream);
+        h.new_user = m.describe_stream(free_stream);
+        h.earlier_until = std::chrono::nanoseconds{until};
+        h.message = "unordered free on sim device " + std::to_string(r.device) + ": " + detail::span_text(addr, r.bytes) +
+                    " freed on " + h.new_user + " while " + h.earlier_user + ", which allocated it, may still use it until t=" +
+                    std::to_string(until) + " ns (make the freeing stream wait on an event recorded after that work)";
+        m.report_locked(h);
+        add_stream(r.holder.stream);  // and judge its reuse as if that use were still there
+      }
     }
     if (r.holder.graph != 0) uses.push_back({0, 0, r.holder.graph});
-    const detail::stream_id free_stream = by.host ? default_stream(by.device) : by.stream;
-    if (std::none_of(uses.begin(), uses.end(), [&](const detail::range_use& u) { return u.stream == free_stream; })) {
-      add_stream(free_stream);
-    }
     if (by.graph != 0 && by.graph != r.holder.graph) {
       uses.push_back({0, 0, by.graph});
       const std::lock_guard capture_lock{m.capture_mutex};

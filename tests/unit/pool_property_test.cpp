@@ -2,6 +2,7 @@
 // and many threads on one pool and on several (run under ThreadSanitizer by the tsan preset).
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/pool/multi_device_pool.hpp>
+#include <mgm/sim/judged.hpp>
 #include <mgm/sim/machine.hpp>
 
 #include <catch2/catch.hpp>
@@ -60,11 +61,13 @@ std::uint64_t seed_from_env(std::uint64_t fallback) {
 
 // Runs `steps` random operations; returns an empty string or the first broken property.
 std::string run_trace(std::uint64_t seed, int steps, bool expandable) {
-  mgm::sim::machine m{mgm::sim::parse_device_list("16GiB")};
+  // The judge records (rather than throws) so that a hazard is reported with its seed and step.
+  mgm::sim::machine m{mgm::sim::parse_device_list("16GiB"), {mgm::sim::oracle_mode::record}};
   const device_id d{0};
   mgm::pool_options options;
   options.expandable_segments = expandable;
-  sim_pool pool{m.allocator(d), options};
+  sim_pool raw{m.allocator(d), options};
+  mgm::sim::judged pool{m, raw};
   std::mt19937_64 rng{seed};
   std::vector<mgm::stream_ref> streams{m.create_stream(d), m.create_stream(d), m.create_stream(d)};
   std::map<std::uintptr_t, live_block> live;
@@ -74,9 +77,15 @@ std::string run_trace(std::uint64_t seed, int steps, bool expandable) {
   const auto fail = [&](int step, const std::string& what) {
     return "seed " + std::to_string(seed) + ", step " + std::to_string(step) + ": " + what;
   };
+  auto ops = m.streams();
+  const auto order = ops.create_event(d);
   const auto free_one = [&](std::map<std::uintptr_t, live_block>::iterator it, mgm::stream_ref s) -> bool {
     void* p = reinterpret_cast<void*>(it->first);
     if (!canaries_intact(p, it->second.bytes, it->second.canary)) return false;
+    if (s != it->second.stream) {  // freed on another stream: order the allocating stream's work first
+      ops.record(order, it->second.stream);
+      ops.wait(s, order);
+    }
     pool.deallocate_async(p, it->second.bytes, 256, s);
     requested -= it->second.bytes;
     live.erase(it);
@@ -95,7 +104,7 @@ std::string run_trace(std::uint64_t seed, int steps, bool expandable) {
       auto it = std::next(live.begin(), static_cast<long>(rng() % live.size()));
       pool.record_stream(reinterpret_cast<void*>(it->first), streams[rng() % streams.size()]);
     } else if (choice < 63) {
-      (void)pool.release(rng() % 2 == 0 ? 0 : std::size_t{1} << 30);
+      (void)pool->release(rng() % 2 == 0 ? 0 : std::size_t{1} << 30);
     } else if (static_cast<int>(live.size()) < target || live.empty()) {
       const std::size_t bytes = draw_size(rng);
       const auto s = streams[rng() % streams.size()];
@@ -118,7 +127,8 @@ std::string run_trace(std::uint64_t seed, int steps, bool expandable) {
       if (!free_one(it, s)) return fail(step, "a canary was overwritten: two blocks overlapped");
     }
 
-    const auto st = pool.statistics();
+    if (const auto hazards = m.hazards(); !hazards.empty()) return fail(step, "judge: " + hazards.front().message);
+    const auto st = pool->statistics();
     if (st.requested_bytes.current != static_cast<std::int64_t>(requested)) return fail(step, "requested bytes differ");
     if (st.allocations.current != static_cast<std::int64_t>(live.size())) return fail(step, "allocation count differs");
     if (st.allocated_bytes.current < st.requested_bytes.current) return fail(step, "allocated < requested");
@@ -131,7 +141,7 @@ std::string run_trace(std::uint64_t seed, int steps, bool expandable) {
     }
     if (st.cache_misses > st.allocations.total) return fail(step, "more misses than allocations");
     if (step % 5000 == 0) {
-      const auto snap = pool.snapshot();
+      const auto snap = pool->snapshot();
       std::size_t allocated = 0;
       std::size_t allocated_blocks = 0;
       std::size_t reserved = 0;
@@ -157,12 +167,14 @@ std::string run_trace(std::uint64_t seed, int steps, bool expandable) {
   while (!live.empty()) {
     if (!free_one(live.begin(), live.begin()->second.stream)) return fail(steps, "a canary was overwritten");
   }
+  ops.destroy_event(order);
   m.synchronize(d);
   m.advance(d, 1s);  // every recorded event completes
-  pool.release();
-  if (pool.reserved_bytes() != 0) return fail(steps, "release() kept " + std::to_string(pool.reserved_bytes()) + " bytes");
+  pool->release();
+  if (pool->reserved_bytes() != 0) return fail(steps, "release() kept " + std::to_string(pool->reserved_bytes()) + " bytes");
   if (m.memory(d).used_bytes != 0) return fail(steps, "the device still holds memory");
-  const auto st = pool.statistics();
+  if (const auto hazards = m.hazards(); !hazards.empty()) return fail(steps, "judge: " + hazards.front().message);
+  const auto st = pool->statistics();
   if (st.upstream_allocations != st.upstream_frees) return fail(steps, "upstream allocations and frees differ");
   return {};
 }
@@ -183,8 +195,10 @@ TEST_CASE("pool property: 100,000 random operations over three streams match the
 
 namespace {
 
-// One thread's share of the stress test: its own stream, random sizes, canaries.
-void hammer(sim_pool& pool, mgm::stream_ref stream, std::uint64_t seed, int ops, std::atomic<int>& broken) {
+// One thread's share of the stress test: its own stream, random sizes, canaries; judged.
+void hammer(mgm::sim::machine& m, sim_pool& raw, mgm::stream_ref stream, std::uint64_t seed, int ops,
+            std::atomic<int>& broken) {
+  mgm::sim::judged pool{m, raw};
   std::mt19937_64 rng{seed};
   std::vector<std::pair<void*, std::pair<std::size_t, std::uint64_t>>> live;
   for (int i = 0; i < ops; ++i) {
@@ -215,10 +229,11 @@ TEST_CASE("pool stress: 8 threads x 100,000 operations on one shared device", "[
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     const auto s = m.create_stream(device_id{0});
-    threads.emplace_back([&, t, s] { hammer(pool, s, 100 + static_cast<std::uint64_t>(t), 100'000, broken); });
+    threads.emplace_back([&, t, s] { hammer(m, pool, s, 100 + static_cast<std::uint64_t>(t), 100'000, broken); });
   }
   for (auto& t : threads) t.join();
   REQUIRE(broken == 0);
+  REQUIRE(m.hazards().empty());
   const auto st = pool.statistics();
   REQUIRE(st.allocations.current == 0);
   REQUIRE(st.allocated_bytes.current == 0);
@@ -237,10 +252,11 @@ TEST_CASE("pool stress: 8 threads x 100,000 operations on separate devices", "[p
   for (int t = 0; t < 8; ++t) {
     const device_id d{t};
     const auto s = m.create_stream(d);
-    threads.emplace_back([&, t, d, s] { hammer(pools.pool(d), s, 200 + static_cast<std::uint64_t>(t), 100'000, broken); });
+    threads.emplace_back([&, t, d, s] { hammer(m, pools.pool(d), s, 200 + static_cast<std::uint64_t>(t), 100'000, broken); });
   }
   for (auto& t : threads) t.join();
   REQUIRE(broken == 0);
+  REQUIRE(m.hazards().empty());
   REQUIRE(pools.total_statistics().allocations.current == 0);
   pools.release_all();
   for (int d = 0; d < 8; ++d) REQUIRE(m.memory(device_id{d}).used_bytes == 0);

@@ -7,6 +7,7 @@
 #include "log_capture.hpp"
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/pool/multi_device_pool.hpp>
+#include <mgm/sim/judged.hpp>
 #include <mgm/sim/machine.hpp>
 #include <mgm/tag.hpp>
 
@@ -43,17 +44,18 @@ struct expandable_options {
 
 template <class Pool, class Options>
 struct pool_fixture {
-  using allocator_type = mgm::allocator_ref<Pool>;
+  using allocator_type = mgm::sim::judged<Pool>;
   static constexpr bool exact_oom = true;
   std::unique_ptr<mgm::sim::machine> m = std::make_unique<mgm::sim::machine>(mgm::sim::parse_device_list("2x256MiB"));
   std::unique_ptr<Pool> pool = std::make_unique<Pool>(m->allocator(device_id{1}), Options{}());
-  allocator_type make() { return allocator_type{*pool}; }
+  allocator_type make() { return allocator_type{*m, *pool}; }
   mgm::stream_ref stream() { return m->create_stream(device_id{1}); }
   void touch(void* p, std::size_t n) {
     REQUIRE(m->owner_of(p) == device_id{1});
     std::memset(p, 0x5C, n);
   }
   ~pool_fixture() {
+    CHECK(m->hazards().empty());
     pool->release();
     CHECK(pool->reserved_bytes() == 0);
     pool.reset();
@@ -72,11 +74,17 @@ mgm::pool_options plain() {
   return o;
 }
 
+// The pool under test, judged: every hand-out is checked by the simulator's oracle, and the
+// test fails on the first unsafe reuse. `pool->` reaches the pool's other members.
 struct sim_setup {
   mgm::sim::machine m;
-  sim_pool pool;
+  sim_pool raw;
+  mgm::sim::judged<sim_pool> pool{m, raw};
   explicit sim_setup(const char* devices = "1GiB", mgm::pool_options o = plain())
-      : m{mgm::sim::parse_device_list(devices)}, pool{m.allocator(device_id{0}), o} {}
+      : m{mgm::sim::parse_device_list(devices)}, raw{m.allocator(device_id{0}), o} {}
+  ~sim_setup() { CHECK(m.hazards().empty()); }
+  sim_setup(const sim_setup&) = delete;
+  sim_setup& operator=(const sim_setup&) = delete;
   std::size_t device_used() { return m.memory(device_id{0}).used_bytes; }
 };
 
@@ -87,7 +95,7 @@ MGM_CONFORMANCE_SUITE("pool", pool_fixtures)
 TEST_CASE("pool: a small request takes a 2 MiB segment, and frees return to the cache", "[pool]") {
   sim_setup s;
   void* a = s.pool.allocate(1000);
-  auto st = s.pool.statistics();
+  auto st = s.pool->statistics();
   REQUIRE(st.allocated_bytes.current == 1024);
   REQUIRE(st.requested_bytes.current == 1000);
   REQUIRE(st.reserved_bytes.current == 2 * MiB);
@@ -95,18 +103,18 @@ TEST_CASE("pool: a small request takes a 2 MiB segment, and frees return to the 
   REQUIRE(st.upstream_allocations == 1);
   REQUIRE(s.device_used() == 2 * MiB);
   void* b = s.pool.allocate(300 * KiB);
-  REQUIRE(s.pool.statistics().upstream_allocations == 1);  // carved from the same segment
+  REQUIRE(s.pool->statistics().upstream_allocations == 1);  // carved from the same segment
   REQUIRE(static_cast<char*>(b) == static_cast<char*>(a) + 1024);
   s.pool.deallocate(a, 1000);
   s.pool.deallocate(b, 300 * KiB);
-  st = s.pool.statistics();
+  st = s.pool->statistics();
   REQUIRE(st.allocated_bytes.current == 0);
   REQUIRE(st.reserved_bytes.current == 2 * MiB);   // cached, not returned
   REQUIRE(st.inactive_split_bytes.current == 0);   // merged back into one whole free segment
   REQUIRE(st.upstream_frees == 0);
-  REQUIRE(s.pool.release() == 2 * MiB);
+  REQUIRE(s.pool->release() == 2 * MiB);
   REQUIRE(s.device_used() == 0);
-  REQUIRE(s.pool.statistics().upstream_frees == 1);
+  REQUIRE(s.pool->statistics().upstream_frees == 1);
 }
 
 TEST_CASE("pool: the same size comes back from the cache, without upstream calls", "[pool]") {
@@ -114,14 +122,14 @@ TEST_CASE("pool: the same size comes back from the cache, without upstream calls
   std::vector<std::size_t> sizes{256, 4 * KiB, 700 * KiB, 3 * MiB, 17 * MiB, 64 * MiB};
   std::vector<void*> first;
   for (auto n : sizes) first.push_back(s.pool.allocate(n));
-  const auto calls = s.pool.statistics().upstream_allocations;
+  const auto calls = s.pool->statistics().upstream_allocations;
   for (std::size_t i = 0; i < sizes.size(); ++i) s.pool.deallocate(first[i], sizes[i]);
   for (int round = 0; round < 5; ++round) {
     std::vector<void*> again;
     for (auto n : sizes) again.push_back(s.pool.allocate(n));
     for (std::size_t i = 0; i < sizes.size(); ++i) s.pool.deallocate(again[i], sizes[i]);
   }
-  const auto st = s.pool.statistics();
+  const auto st = s.pool->statistics();
   REQUIRE(st.upstream_allocations == calls);
   REQUIRE(st.cache_hits >= 30);
   REQUIRE(s.m.modelled(device_id{0}).count(mgm::sim::driver_call::malloc) == calls);
@@ -130,14 +138,14 @@ TEST_CASE("pool: the same size comes back from the cache, without upstream calls
 TEST_CASE("pool: segment sizes follow the size policy", "[pool]") {
   sim_setup s;
   void* b = s.pool.allocate(12 * MiB + 1);  // 10 MiB and up: its own size rounded to 2 MiB
-  REQUIRE(s.pool.statistics().reserved_bytes.current == 14 * MiB);
+  REQUIRE(s.pool->statistics().reserved_bytes.current == 14 * MiB);
   void* a = s.pool.allocate(3 * MiB);  // large, below 10 MiB: a 20 MiB segment
-  REQUIRE(s.pool.statistics().reserved_bytes.current == 14 * MiB + 20 * MiB);
+  REQUIRE(s.pool->statistics().reserved_bytes.current == 14 * MiB + 20 * MiB);
   void* c = s.pool.allocate(1 * MiB);  // small: a 2 MiB segment, not the free 17 MiB of the large one
-  REQUIRE(s.pool.statistics().reserved_bytes.current == 36 * MiB);
+  REQUIRE(s.pool->statistics().reserved_bytes.current == 36 * MiB);
   void* d = s.pool.allocate(5 * MiB);  // from the rest of the 20 MiB segment
-  REQUIRE(s.pool.statistics().reserved_bytes.current == 36 * MiB);
-  const auto snap = s.pool.snapshot();
+  REQUIRE(s.pool->statistics().reserved_bytes.current == 36 * MiB);
+  const auto snap = s.pool->snapshot();
   REQUIRE(snap.segments.size() == 3);
   std::size_t small = 0;
   for (const auto& seg : snap.segments) small += seg.small ? 1 : 0;
@@ -146,7 +154,7 @@ TEST_CASE("pool: segment sizes follow the size policy", "[pool]") {
   s.pool.deallocate(b, 12 * MiB + 1);
   s.pool.deallocate(c, 1 * MiB);
   s.pool.deallocate(d, 5 * MiB);
-  REQUIRE(s.pool.statistics().inactive_split_bytes.current == 0);
+  REQUIRE(s.pool->statistics().inactive_split_bytes.current == 0);
 }
 
 TEST_CASE("pool: max_split_bytes keeps oversize blocks whole", "[pool]") {
@@ -157,10 +165,10 @@ TEST_CASE("pool: max_split_bytes keeps oversize blocks whole", "[pool]") {
   s.pool.deallocate(big, 12 * MiB);
   void* small_request = s.pool.allocate(2 * MiB);  // must not eat the 12 MiB block
   REQUIRE(small_request != big);
-  REQUIRE(s.pool.statistics().upstream_allocations == 2);
+  REQUIRE(s.pool->statistics().upstream_allocations == 2);
   void* again = s.pool.allocate(11 * MiB);  // close enough in size: the oversize block, unsplit
   REQUIRE(again == big);
-  REQUIRE(s.pool.statistics().allocated_bytes.current == 2 * MiB + 12 * MiB);
+  REQUIRE(s.pool->statistics().allocated_bytes.current == 2 * MiB + 12 * MiB);
   s.pool.deallocate(small_request, 2 * MiB);
   s.pool.deallocate(again, 11 * MiB);
 }
@@ -182,11 +190,11 @@ TEST_CASE("pool: a block freed on one stream is reused on another only after tha
   s.pool.deallocate_async(again, 64 * KiB, 256, s1);
 
   // Another stream: it gets the block but is made to wait for s1's work on the device.
-  const auto calls = s.pool.statistics().upstream_allocations;
+  const auto calls = s.pool->statistics().upstream_allocations;
   void* q = s.pool.allocate_async(64 * KiB, 256, s2);
   REQUIRE(q == p);                                                  // reused...
-  REQUIRE(s.pool.statistics().upstream_allocations == calls);       // ...with no upstream call
-  REQUIRE(s.pool.statistics().stream_steals == 1);
+  REQUIRE(s.pool->statistics().upstream_allocations == calls);       // ...with no upstream call
+  REQUIRE(s.pool->statistics().stream_steals == 1);
   auto after = ops.create_event(d);
   ops.record(after, s2);  // whatever s2 runs next starts after s1's 100 µs
   REQUIRE_FALSE(ops.query(after));
@@ -220,8 +228,8 @@ TEST_CASE("pool: release merges a segment cached by several streams", "[pool][st
   s.m.enqueue(s2, 30us);
   s.pool.deallocate_async(a, 64 * KiB, 256, s1);
   s.pool.deallocate_async(b, 64 * KiB, 256, s2);  // b now sits in s2's cache, between s1's blocks
-  REQUIRE(s.pool.snapshot().segments.at(0).blocks.size() == 3);
-  REQUIRE(s.pool.release() == 2 * MiB);  // merged for s1 (which waits for s2 on the device), then freed
+  REQUIRE(s.pool->snapshot().segments.at(0).blocks.size() == 3);
+  REQUIRE(s.pool->release() == 2 * MiB);  // merged for s1 (which waits for s2 on the device), then freed
   REQUIRE(s.device_used() == 0);
 }
 
@@ -234,7 +242,7 @@ TEST_CASE("pool: record_stream holds a block until the other stream's work is do
   s.pool.record_stream(p, s2);
   s.m.enqueue(s2, 50us);  // s2 still reads p
   s.pool.deallocate_async(p, 128 * KiB, 256, s1);
-  auto st = s.pool.statistics();
+  auto st = s.pool->statistics();
   REQUIRE(st.allocated_bytes.current == 0);
   REQUIRE(st.active_bytes.current == 128 * 1024);  // freed but not idle
   void* q = s.pool.allocate_async(128 * KiB, 256, s1);
@@ -245,7 +253,7 @@ TEST_CASE("pool: record_stream holds a block until the other stream's work is do
   REQUIRE_THROWS_AS(s.pool.record_stream(static_cast<char*>(r) + 256, s2), mgm::logic_error);
   s.pool.deallocate_async(q, 128 * KiB, 256, s1);
   s.pool.deallocate_async(r, 128 * KiB, 256, s1);
-  REQUIRE(s.pool.statistics().active_bytes.current == 0);
+  REQUIRE(s.pool->statistics().active_bytes.current == 0);
 }
 
 TEST_CASE("pool: during graph capture, no event query and no upstream call", "[pool][capture]") {
@@ -280,14 +288,14 @@ TEST_CASE("pool: out of memory releases idle segments and retries", "[pool][oom]
   s.pool.deallocate(a, 30 * MiB);  // cached: the device has 4 MiB free
   void* c = s.pool.allocate(32 * MiB);  // needs a's segment back from the cache
   REQUIRE(c != nullptr);
-  auto st = s.pool.statistics();
+  auto st = s.pool->statistics();
   REQUIRE(st.oom_retries == 1);
   REQUIRE(st.upstream_frees == 1);
   REQUIRE(st.ooms == 0);
 
   SECTION("the handler may free memory and ask for one more try") {
     int calls = 0;
-    s.pool.set_oom_handler([&](const mgm::oom_info& info) {
+    s.pool->set_oom_handler([&](const mgm::oom_info& info) {
       ++calls;
       REQUIRE(info.requested_bytes == 40 * MiB);
       REQUIRE(info.allocated_bytes == 62 * MiB);
@@ -299,7 +307,7 @@ TEST_CASE("pool: out of memory releases idle segments and retries", "[pool][oom]
     });
     void* d = s.pool.allocate(40 * MiB);
     REQUIRE(calls == 1);
-    REQUIRE(s.pool.statistics().ooms == 0);
+    REQUIRE(s.pool->statistics().ooms == 0);
     s.pool.deallocate(d, 40 * MiB);
   }
   SECTION("otherwise out_of_memory carries the figures, and the pool stays usable") {
@@ -316,13 +324,13 @@ TEST_CASE("pool: out of memory releases idle segments and retries", "[pool][oom]
       REQUIRE(what.find("62.00 MiB reserved") != std::string::npos);
       REQUIRE(what.find("the device has 2.00 MiB free") != std::string::npos);
     }
-    REQUIRE(s.pool.statistics().ooms == 1);
+    REQUIRE(s.pool->statistics().ooms == 1);
     s.pool.deallocate(c, 32 * MiB);
   }
   void* small = s.pool.allocate(1 * MiB);
   s.pool.deallocate(small, 1 * MiB);
   if (b != nullptr) s.pool.deallocate(b, 30 * MiB);
-  s.pool.release();
+  s.pool->release();
   REQUIRE(s.device_used() == 0);
 }
 
@@ -333,12 +341,12 @@ TEST_CASE("pool: a fragmented cache is named, with max_split_bytes suggested", "
   std::vector<void*> pieces;
   for (int i = 0; i < 20; ++i) pieces.push_back(s.pool.allocate(2 * MiB));  // carve the 40 MiB
   for (std::size_t i = 0; i < pieces.size(); i += 2) s.pool.deallocate(pieces[i], 2 * MiB);
-  REQUIRE(s.pool.statistics().inactive_split_bytes.current == 20 * MiB);
+  REQUIRE(s.pool->statistics().inactive_split_bytes.current == 20 * MiB);
   REQUIRE_THROWS_WITH(s.pool.allocate(12 * MiB),
                       Catch::Contains("fragmented") && Catch::Contains("max_split_size_mb:6") &&
                           Catch::Contains("largest free block 2.00 MiB"));
   for (std::size_t i = 1; i < pieces.size(); i += 2) s.pool.deallocate(pieces[i], 2 * MiB);
-  REQUIRE(s.pool.statistics().inactive_split_bytes.current == 0);
+  REQUIRE(s.pool->statistics().inactive_split_bytes.current == 0);
   void* fits = s.pool.allocate(12 * MiB);  // coalesced again
   s.pool.deallocate(fits, 12 * MiB);
 }
@@ -353,7 +361,7 @@ TEST_CASE("pool: bad input is reported and changes nothing", "[pool]") {
   s.pool.deallocate(p, 4096);  // a double free
   REQUIRE(log.messages.size() == 2);
   REQUIRE(log.messages[1].find("not a live allocation of this pool") != std::string::npos);
-  REQUIRE(s.pool.statistics().allocated_bytes.current == 0);
+  REQUIRE(s.pool->statistics().allocated_bytes.current == 0);
   REQUIRE_THROWS_AS(s.pool.allocate(100, 512), mgm::logic_error);  // above 256: not honoured
   REQUIRE_THROWS_AS(s.pool.allocate(100, 7), mgm::logic_error);
   void* q = s.pool.allocate(4096);
@@ -368,9 +376,9 @@ TEST_CASE("pool: a release threshold bounds reserved memory", "[pool]") {
   void* a = s.pool.allocate(20 * MiB);
   void* b = s.pool.allocate(20 * MiB);
   s.pool.deallocate(a, 20 * MiB);
-  REQUIRE(s.pool.reserved_bytes() == 20 * MiB);  // 40 reserved > 24: the idle one went back
+  REQUIRE(s.pool->reserved_bytes() == 20 * MiB);  // 40 reserved > 24: the idle one went back
   s.pool.deallocate(b, 20 * MiB);
-  REQUIRE(s.pool.reserved_bytes() == 20 * MiB);
+  REQUIRE(s.pool->reserved_bytes() == 20 * MiB);
   REQUIRE(s.device_used() == 20 * MiB);
 }
 
@@ -378,7 +386,8 @@ TEST_CASE("pool: the destructor returns everything, even leaked blocks", "[pool]
   mgm::sim::machine m{mgm::sim::parse_device_list("1GiB")};
   log_capture log;
   {
-    sim_pool pool{m.allocator(device_id{0}), plain()};
+    sim_pool raw_pool{m.allocator(device_id{0}), plain()};
+    mgm::sim::judged pool{m, raw_pool};
     (void)pool.allocate(5 * MiB);
     (void)pool.allocate(100);
   }
@@ -395,7 +404,7 @@ TEST_CASE("pool: snapshots list every segment and block, with tags", "[pool][sna
     a = s.pool.allocate(1000);
   }
   void* b = s.pool.allocate(3 * MiB);
-  const auto snap = s.pool.snapshot();
+  const auto snap = s.pool->snapshot();
   REQUIRE(snap.segments.size() == 2);
   std::size_t blocks = 0;
   for (const auto& seg : snap.segments) {
@@ -465,19 +474,23 @@ TEST_CASE("multi_device_pool: a pool per device, made on first use", "[pool][mul
 TEST_CASE("pool: class template argument deduction, as the README writes it", "[pool]") {
   auto machine = mgm::sim::machine::preset("dgx-h100");
   mgm::caching_pool pool{machine.allocator(device_id{0})};
+  mgm::sim::judged judged_pool{machine, pool};
   REQUIRE(pool.expandable());  // the default on the simulator
   STATIC_REQUIRE(std::is_same_v<decltype(pool), mgm::caching_pool<mgm::sim::device_allocator, true>>);
-  void* p = pool.allocate_async(1000, 256, machine.default_stream(device_id{0}));
-  pool.deallocate_async(p, 1000, 256, machine.default_stream(device_id{0}));
+  STATIC_REQUIRE(std::is_same_v<decltype(judged_pool), mgm::sim::judged<decltype(pool)>>);
+  void* p = judged_pool.allocate_async(1000, 256, machine.default_stream(device_id{0}));
+  judged_pool.deallocate_async(p, 1000, 256, machine.default_stream(device_id{0}));
   REQUIRE(pool.statistics().to_string().find("allocated: 0 B") != std::string::npos);
+  REQUIRE(machine.hazards().empty());
 }
 
 // ---- expandable segments (requests of large_direct_bytes and more, by default) ----------------
 
 TEST_CASE("expandable: mapped memory never exceeds the device", "[pool][expandable]") {
   mgm::sim::machine m{mgm::sim::parse_device_list("64MiB")};
-  sim_pool pool{m.allocator(device_id{0}), mgm::pool_options{}};
-  REQUIRE(pool.expandable());
+  sim_pool raw_pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
+  REQUIRE(pool->expandable());
   auto vmm = m.vmm();
   std::vector<void*> blocks;
   try {
@@ -490,13 +503,14 @@ TEST_CASE("expandable: mapped memory never exceeds the device", "[pool][expandab
     REQUIRE(std::string{e.what()}.find("out of memory allocating 12.00 MiB") != std::string::npos);
   }
   REQUIRE(blocks.size() == 5);  // 5 x 12 MiB in 60 MiB of granules; a sixth would need 72
-  REQUIRE(pool.reserved_bytes() == 60 * MiB);
+  REQUIRE(pool->reserved_bytes() == 60 * MiB);
   for (void* p : blocks) pool.deallocate(p, 12 * MiB);
 }
 
 TEST_CASE("expandable: release unmaps every idle granule, and live blocks never move", "[pool][expandable]") {
   mgm::sim::machine m{mgm::sim::parse_device_list("1GiB")};
-  sim_pool pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  sim_pool raw_pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
   auto vmm = m.vmm();
   std::vector<void*> blocks;
   for (int i = 0; i < 6; ++i) {
@@ -507,7 +521,7 @@ TEST_CASE("expandable: release unmaps every idle granule, and live blocks never 
   for (int i = 1; i < 6; ++i) REQUIRE(static_cast<char*>(blocks[i]) == static_cast<char*>(blocks[i - 1]) + 11 * MiB);
   REQUIRE(vmm.mapped_bytes(device_id{0}) == 66 * MiB);
   for (int i = 1; i < 6; i += 2) pool.deallocate(blocks[static_cast<std::size_t>(i)], 11 * MiB);
-  pool.release();
+  pool->release();
   // What stays mapped: the live blocks and the granules they share with a freed neighbour.
   const std::size_t mapped = vmm.mapped_bytes(device_id{0});
   REQUIRE(mapped < 66 * MiB);
@@ -517,41 +531,43 @@ TEST_CASE("expandable: release unmaps every idle granule, and live blocks never 
     REQUIRE(p[0] == i + 1);
     REQUIRE(p[11 * MiB - 1] == i + 1);
   }
-  const auto snap = pool.snapshot();
+  const auto snap = pool->snapshot();
   REQUIRE(snap.bytes_in(mgm::block_snapshot::state_type::unmapped) > 0);
   void* again = pool.allocate(11 * MiB);  // maps granules again where needed
   std::memset(again, 9, 11 * MiB);
   pool.deallocate(again, 11 * MiB);
   for (int i = 0; i < 6; i += 2) pool.deallocate(blocks[static_cast<std::size_t>(i)], 11 * MiB);
-  pool.release();
+  pool->release();
   REQUIRE(vmm.mapped_bytes(device_id{0}) == 0);  // every idle granule unmapped
   REQUIRE(m.memory(device_id{0}).used_bytes == 0);
-  REQUIRE(pool.reserved_bytes() == 0);
+  REQUIRE(pool->reserved_bytes() == 0);
 }
 
 TEST_CASE("expandable: unmapping waits for the stream that freed the block", "[pool][expandable]") {
   mgm::sim::machine m{mgm::sim::parse_device_list("1GiB")};
-  sim_pool pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  sim_pool raw_pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
   const auto s = m.create_stream(device_id{0});
   void* p = pool.allocate_async(16 * MiB, 256, s);
   m.enqueue(s, std::chrono::microseconds{500});  // a kernel still uses p
   pool.deallocate_async(p, 16 * MiB, 256, s);
-  pool.release();
+  pool->release();
   REQUIRE(m.now(device_id{0}) == std::chrono::microseconds{500});  // the host waited before unmapping
   REQUIRE(m.vmm().mapped_bytes(device_id{0}) == 0);
 }
 
 TEST_CASE("expandable: peers get access to every granule, now and later", "[pool][expandable]") {
   auto m = mgm::sim::machine::preset("dgx1-v100");
-  sim_pool pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  sim_pool raw_pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
   auto vmm = m.vmm();
   void* before = pool.allocate(12 * MiB);
   REQUIRE(vmm.access(before) == std::vector<device_id>{device_id{0}});
-  pool.grant_access(device_id{3});  // an NV2 peer
+  pool->grant_access(device_id{3});  // an NV2 peer
   REQUIRE(vmm.access(before) == std::vector<device_id>{device_id{0}, device_id{3}});
   void* after = pool.allocate(30 * MiB);
   REQUIRE(vmm.access(static_cast<char*>(after) + 29 * MiB) == std::vector<device_id>{device_id{0}, device_id{3}});
-  REQUIRE_THROWS_AS(pool.grant_access(device_id{5}), mgm::cuda_error);  // SYS: no peer access
+  REQUIRE_THROWS_AS(pool->grant_access(device_id{5}), mgm::cuda_error);  // SYS: no peer access
   REQUIRE(vmm.access(after) == std::vector<device_id>{device_id{0}, device_id{3}});  // unchanged
   pool.deallocate(before, 12 * MiB);
   pool.deallocate(after, 30 * MiB);
@@ -561,11 +577,12 @@ TEST_CASE("expandable: growth maps only what the request needs (max_split keeps 
   mgm::sim::machine m{mgm::sim::parse_device_list("2x256MiB")};
   mgm::pool_options o;
   o.max_split_bytes = 32 * MiB;
-  sim_pool pool{m.allocator(device_id{0}), o};
+  sim_pool raw_pool{m.allocator(device_id{0}), o};
+  mgm::sim::judged pool{m, raw_pool};
   void* big = pool.allocate(100 * MiB);
   pool.deallocate(big, 100 * MiB);
   void* p = pool.allocate(20 * MiB);  // may not split the cached 100 MiB block: 20 MiB of new granules
-  REQUIRE(pool.statistics().oom_retries == 0);  // no oversized map, so no out-of-memory retry
-  REQUIRE(pool.reserved_bytes() == 120 * MiB);  // the 100 MiB stay cached, 20 MiB more are mapped
+  REQUIRE(pool->statistics().oom_retries == 0);  // no oversized map, so no out-of-memory retry
+  REQUIRE(pool->reserved_bytes() == 120 * MiB);  // the 100 MiB stay cached, 20 MiB more are mapped
   pool.deallocate(p, 20 * MiB);
 }

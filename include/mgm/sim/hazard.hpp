@@ -16,12 +16,13 @@ namespace mgm::sim {
 enum class hazard_kind : std::uint8_t {
   reuse,         ///< a range was handed to a new user before an earlier use of it could have ended
   overlap,       ///< a range was handed out while a part of it was still allocated
+  unordered_free,  ///< freed on one stream while the allocating stream's work may still use it (the caller's error)
   dead_stream,   ///< an event recorded or waited on, or memory allocated on, a destroyed stream
   graph_replay,  ///< a graph was launched while memory it captured is held by another user
   vmm_contract,  ///< a virtual-memory call broke the driver's documented rules
 };
 
-/// @brief "reuse", "overlap", "dead_stream", "graph_replay", "vmm_contract".
+/// @brief "reuse", "overlap", "unordered_free", "dead_stream", "graph_replay", "vmm_contract".
 [[nodiscard]] const char* name(hazard_kind k) noexcept;
 
 /// @brief One violation: where, by whom, and when, in the device's virtual time.

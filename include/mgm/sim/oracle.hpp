@@ -25,7 +25,10 @@ enum class oracle_mode : unsigned char {
 ///
 /// For every range handed out the machine keeps who may still touch it and until when, in the
 /// device's virtual time:
-/// - the stream it was allocated and freed on, until the work queued there before the free ends;
+/// - the stream it was freed on (a synchronous free: the default stream), until the work queued
+///   there before the free ends. A free on another stream than the allocating one must come
+///   after that stream's work (a wait on an event, or the work is complete): otherwise the caller
+///   broke the stream-ordered contract, an `unordered_free` hazard, and both uses are kept;
 /// - the streams named by `used_on` (`record_stream`), until their work queued before the free ends;
 /// - the graph whose capture allocated or freed it, until that graph is destroyed and its last
 ///   launch has ended.
