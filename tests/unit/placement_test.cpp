@@ -3,6 +3,7 @@
 #include <mgm/adaptors/limiting_adaptor.hpp>
 #include <mgm/placement/peer_access.hpp>
 #include <mgm/placement/placed_allocator.hpp>
+#include <mgm/sim/judged.hpp>
 #include <mgm/placement/placement_policy.hpp>
 #include <mgm/sim/machine.hpp>
 
@@ -130,17 +131,18 @@ TEST_CASE("placed_allocator on the simulated DGX-1: fill GPU0, the next block la
   mgm::placed_allocator placed{m.links(), [&](device_id d) { return m.allocator(d); },
                                [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers(),
                                std::vector<std::size_t>(8, 256 * MiB), mgm::placement_options{}, plain};
+  mgm::sim::judged judged{m, placed};  // every placement judged
   std::vector<void*> local;
   while (true) {  // 1 GiB blocks until GPU0 (15.78 GiB, 256 MiB reserved) is full
-    void* p = placed.allocate(device_id{0}, GiB);
+    void* p = judged.allocate(device_id{0}, GiB);
     if (placed.location_of(p)->device != device_id{0}) {
-      placed.deallocate(p, GiB);
+      judged.deallocate(p, GiB);
       break;
     }
     local.push_back(p);
   }
   REQUIRE(local.size() == 15);
-  void* spilled = placed.allocate(device_id{0}, GiB);
+  void* spilled = judged.allocate(device_id{0}, GiB);
   REQUIRE(placed.location_of(spilled)->device == device_id{3});  // NV2, the faster kind
   REQUIRE(m.owner_of(spilled) == device_id{3});
   REQUIRE(m.peers().is_enabled(device_id{0}, device_id{3}));
@@ -151,45 +153,48 @@ TEST_CASE("placed_allocator on the simulated DGX-1: fill GPU0, the next block la
   REQUIRE_FALSE(spills.back().staged);
   // The other NV2 peer now has more headroom: the next block goes there, the one after back to
   // GPU3, whose access is already enabled.
-  void* again = placed.allocate(device_id{0}, GiB);
+  void* again = judged.allocate(device_id{0}, GiB);
   REQUIRE(placed.location_of(again)->device == device_id{4});
-  void* third = placed.allocate(device_id{0}, GiB);
+  void* third = judged.allocate(device_id{0}, GiB);
   REQUIRE(placed.location_of(third)->device == device_id{3});
   REQUIRE(placed.peers().enables() == 2);  // each pair enabled once
-  placed.deallocate(third, GiB);
+  judged.deallocate(third, GiB);
   // Freed, it returns to GPU3's pool.
   const auto before = placed.pools().statistics(device_id{3}).allocated_bytes.current;
-  placed.deallocate(spilled, GiB);
+  judged.deallocate(spilled, GiB);
   REQUIRE(placed.pools().statistics(device_id{3}).allocated_bytes.current == before - static_cast<std::int64_t>(GiB));
   // GPU0 frees room: rebalance pulls the other spilled block home.
-  placed.deallocate(local.back(), GiB);
+  judged.deallocate(local.back(), GiB);
   local.pop_back();
   std::memset(again, 0x7E, 4096);
-  const auto moved = placed.rebalance();
+  const auto moved = judged.rebalance();
   REQUIRE(moved.size() == 1);
   REQUIRE(moved[0].from_ptr == again);
   REQUIRE(placed.location_of(moved[0].to_ptr)->device == device_id{0});
   REQUIRE(static_cast<unsigned char*>(moved[0].to_ptr)[4095] == 0x7E);  // the contents came along
-  placed.deallocate(moved[0].to_ptr, GiB);
-  for (void* p : local) placed.deallocate(p, GiB);
+  judged.deallocate(moved[0].to_ptr, GiB);
+  for (void* p : local) judged.deallocate(p, GiB);
   placed.release_all();
   for (int d = 0; d < 8; ++d) REQUIRE(m.memory(device_id{d}).used_bytes == 0);
+  REQUIRE(m.hazards().empty());
 }
 
 TEST_CASE("placed_allocator on a PCIe box spills to host memory near the reader", "[placement]") {
   auto m = mgm::sim::machine::preset("pcie-4gpu-mixed");
   mgm::placed_allocator placed{m.links(), [&](device_id d) { return m.allocator(d); },
                                [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers()};
-  void* big = placed.allocate(device_id{1}, 20 * GiB);
+  mgm::sim::judged judged{m, placed};  // every placement judged
+  void* big = judged.allocate(device_id{1}, 20 * GiB);
   REQUIRE(placed.location_of(big)->device == device_id{1});
-  void* more = placed.allocate(device_id{1}, 8 * GiB);
+  void* more = judged.allocate(device_id{1}, 8 * GiB);
   const auto at = placed.location_of(more);
   REQUIRE(at->is_host());
   REQUIRE(at->numa_node == 1);  // GPU1's socket
   REQUIRE(placed.statistics().to_host == 1);
   REQUIRE(placed.statistics().spilled_bytes == 8 * GiB);
-  placed.deallocate(more, 8 * GiB);
-  placed.deallocate(big, 20 * GiB);
+  judged.deallocate(more, 8 * GiB);
+  judged.deallocate(big, 20 * GiB);
+  REQUIRE(m.hazards().empty());
 }
 
 TEST_CASE("placed_allocator property: random traffic on every preset stays within capacity minus reserve",
@@ -205,16 +210,17 @@ TEST_CASE("placed_allocator property: random traffic on every preset stays withi
                                    return limited{m.allocator(d), m.memory(d).total_bytes - reserve[d.index()]};
                                  },
                                  [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers(), reserve};
+    mgm::sim::judged judged{m, placed};  // every placement judged
     std::mt19937_64 rng{std::hash<std::string_view>{}(name)};
     std::vector<std::pair<void*, std::size_t>> live;
     for (int step = 0; step < 1500; ++step) {
       if (live.empty() || rng() % 3 != 0) {
         const device_id reader{static_cast<int>(rng() % static_cast<std::uint64_t>(n))};
         const std::size_t bytes = (1 + rng() % 64) * 64 * MiB;
-        live.emplace_back(placed.allocate(reader, bytes), bytes);
+        live.emplace_back(judged.allocate(reader, bytes), bytes);
       } else {
         const std::size_t k = rng() % live.size();
-        placed.deallocate(live[k].first, live[k].second);
+        judged.deallocate(live[k].first, live[k].second);
         live[k] = live.back();
         live.pop_back();
       }
@@ -223,9 +229,10 @@ TEST_CASE("placed_allocator property: random traffic on every preset stays withi
         REQUIRE(mem.used_bytes <= mem.total_bytes - reserve[static_cast<std::size_t>(d)]);
       }
     }
-    for (const auto& [p, bytes] : live) placed.deallocate(p, bytes);
+    for (const auto& [p, bytes] : live) judged.deallocate(p, bytes);
     REQUIRE(placed.statistics().spilled_bytes == 0);
     placed.release_all();
     for (int d = 0; d < n; ++d) REQUIRE(m.memory(device_id{d}).used_bytes == 0);  // every byte went home
+    REQUIRE(m.hazards().empty());
   }
 }

@@ -28,16 +28,19 @@ namespace mgm::sim {
 /// Holds the allocator by reference, as `allocator_ref` does; both must outlive it. It satisfies
 /// the allocator concepts `A` satisfies (not `vmm_allocator`: memory mapped past it would not be
 /// judged). `a->member()` reaches the wrapped allocator's other members.
-/// @tparam A an `mgm::allocator`.
+/// @tparam A an `mgm::allocator`, or an allocator that places by reader (`allocate(reader, bytes)`,
+///   `deallocate(p, bytes)`, `rebalance()`: `placed_allocator`).
 /// @throws what `A` throws; `stream_hazard` from `allocate`, `allocate_async` and `record_stream`
 /// when the machine enforces (the block is first given back to `A`, unjudged).
 /// **Thread safety:** that of `A`. **Device affinity:** that of `A`.
-template <allocator A>
+template <class A>
 class judged : public mgm::detail::ref_platform<A> {
  public:
   judged(machine& m, A& a) noexcept : oracle_{m.oracle()}, a_{std::addressof(a)} {}
 
-  [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = cuda_allocation_alignment) {
+  [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = cuda_allocation_alignment)
+    requires allocator<A>
+  {
     void* p = a_->allocate(bytes, alignment);
     if (p != nullptr && oracle_.enabled()) {
       try {
@@ -49,9 +52,48 @@ class judged : public mgm::detail::ref_platform<A> {
     }
     return p;
   }
-  void deallocate(void* p, std::size_t bytes, std::size_t alignment = cuda_allocation_alignment) noexcept {
+  void deallocate(void* p, std::size_t bytes, std::size_t alignment = cuda_allocation_alignment) noexcept
+    requires allocator<A>
+  {
     if (p != nullptr && oracle_.enabled()) oracle_.freed(p, std::nullopt, device());
     a_->deallocate(p, bytes, alignment);
+  }
+
+  /// @brief `A::allocate(reader, bytes)` (placement by reader), judged as a host allocation.
+  [[nodiscard]] void* allocate(device_id reader, std::size_t bytes)
+    requires requires(A& a) { { a.allocate(reader, bytes) } -> std::same_as<void*>; }
+  {
+    void* p = a_->allocate(reader, bytes);
+    if (p != nullptr && oracle_.enabled()) {
+      try {
+        oracle_.handed_out(p, bytes, std::nullopt, std::nullopt);
+      } catch (...) {
+        a_->deallocate(p, bytes);
+        throw;
+      }
+    }
+    return p;
+  }
+  /// @brief `A::deallocate(p, bytes)` of an allocator that places by reader.
+  void deallocate(void* p, std::size_t bytes) noexcept
+    requires(!allocator<A> && requires(A& a) { a.deallocate(p, bytes); })
+  {
+    if (p != nullptr && oracle_.enabled()) oracle_.freed(p, std::nullopt, std::nullopt);
+    a_->deallocate(p, bytes);
+  }
+  /// @brief `A::rebalance()`: each moved buffer is reported as a new host allocation and a free
+  /// of the old one (the move copies on the host).
+  auto rebalance()
+    requires requires(A& a) { a.rebalance(); }
+  {
+    auto moved = a_->rebalance();
+    if (oracle_.enabled()) {
+      for (const auto& m : moved) {
+        oracle_.freed(m.from_ptr, std::nullopt, std::nullopt);
+        oracle_.handed_out(m.to_ptr, m.bytes, std::nullopt, std::nullopt);
+      }
+    }
+    return moved;
   }
   [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref s)
     requires stream_allocator<A>
