@@ -1,10 +1,12 @@
 // Micro-benchmarks of the caching pool (over the simulated device's allocator, so they run
 // anywhere; the upstream's cost is modelled, never slept):
-// - an alloc + free pair on a cache hit, 256 B to 64 MiB, statistics on and off;
+// - an alloc + free pair on a cache hit, 256 B to 64 MiB, statistics on and off, and through
+//   `sim::judged` with the judge enforcing and with it off (its cost when not asked for);
 // - RMM's RANDOM_ALLOCATIONS grid: N allocations of random sizes up to a maximum, freed in random
 //   order, through the pool and straight through the upstream ("direct");
 // - 1 and 2 threads, each on a device of its own, wall time with CPU time beside it.
 #include <mgm/pool/caching_pool.hpp>
+#include <mgm/sim/judged.hpp>
 #include <mgm/sim/machine.hpp>
 
 #include <benchmark/benchmark.h>
@@ -34,6 +36,26 @@ void bm_pool_hit(benchmark::State& state) {
 }
 BENCHMARK_TEMPLATE(bm_pool_hit, true)->Name("pool_hit_pair/stats")->RangeMultiplier(16)->Range(256, 64 << 20);
 BENCHMARK_TEMPLATE(bm_pool_hit, false)->Name("pool_hit_pair/nostats")->RangeMultiplier(16)->Range(256, 64 << 20);
+
+// The same pair through the judge (statistics on): every hand-out checked against the machine's
+// record of uses, and with the machine's judge off (one load per call).
+template <mgm::sim::oracle_mode Mode>
+void bm_pool_hit_judged(benchmark::State& state) {
+  mgm::sim::machine m{mgm::sim::parse_device_list("8GiB"), {Mode}};
+  mgm::caching_pool<mgm::sim::device_allocator> pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  mgm::sim::judged judged{m, pool};
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  judged.deallocate(judged.allocate(bytes), bytes);
+  for (auto _ : state) {
+    void* p = judged.allocate(bytes);
+    benchmark::DoNotOptimize(p);
+    judged.deallocate(p, bytes);
+  }
+  state.SetItemsProcessed(state.iterations() * 2);
+  if (!m.hazards().empty()) state.SkipWithError("the judge found a hazard");
+}
+BENCHMARK_TEMPLATE(bm_pool_hit_judged, mgm::sim::oracle_mode::enforce)->Name("pool_hit_pair/judged")->Arg(4096)->Arg(64 << 20);
+BENCHMARK_TEMPLATE(bm_pool_hit_judged, mgm::sim::oracle_mode::off)->Name("pool_hit_pair/judge_off")->Arg(4096)->Arg(64 << 20);
 
 // RMM's RANDOM_ALLOCATIONS_BENCH shape: allocate `count` blocks of uniform random size up to
 // `max_mib` MiB, free them in random order; items are allocations + frees.

@@ -1,7 +1,8 @@
 // Replays RMM-format traces through every allocator on the simulator and prints one
 // replay_result per line as JSON (the record `mgm replay --json` prints).
-//   mgm_replay_traces [--iterations N] [--fit] [--allocators pool,cub,...] [--capacity-over-live F] TRACE.csv...
-// --capacity-over-live F runs each trace on a device of F x its peak live bytes.
+//   mgm_replay_traces [--iterations N] [--fit] [--judge] [--allocators pool,cub,...] [--capacity-over-live F] TRACE.csv...
+// --capacity-over-live F runs each trace on a device of F x its peak live bytes; --judge wraps
+// each allocator in the simulator's judge (host time then includes it).
 #include <mgm/error.hpp>
 #include <mgm/trace/replay.hpp>
 #include <mgm/trace/trace.hpp>
@@ -14,6 +15,7 @@
 
 int main(int argc, char** argv) try {
   mgm::replay_options options;
+  options.judge = false;  // host time is the allocator's own unless --judge
   std::vector<std::string> allocators{"pool", "direct", "cub", "pmr"};
   std::vector<std::string> files;
   double capacity_over_live = 0.0;  // 0: the default capacity
@@ -25,6 +27,8 @@ int main(int argc, char** argv) try {
       capacity_over_live = std::atof(argv[++i]);
     } else if (a == "--fit") {
       options.fit = true;
+    } else if (a == "--judge") {
+      options.judge = true;
     } else if (a == "--allocators" && i + 1 < argc) {
       allocators.clear();
       std::string list = argv[++i];
@@ -37,7 +41,7 @@ int main(int argc, char** argv) try {
     }
   }
   if (files.empty()) {
-    std::fprintf(stderr, "usage: mgm_replay_traces [--iterations N] [--fit] [--allocators a,b] TRACE.csv...\n");
+    std::fprintf(stderr, "usage: mgm_replay_traces [--iterations N] [--fit] [--judge] [--allocators a,b] TRACE.csv...\n");
     return 1;
   }
   for (const auto& f : files) {
