@@ -282,10 +282,38 @@ TEST_CASE("mgm replay: replay_result JSON, devices in parallel, async needs a GP
   REQUIRE(j["results"].size() == 4);  // 2 allocators x 2 devices
   for (const char* field : {"trace", "allocator", "device", "iterations", "events", "host_ns_per_event", "events_per_second",
                             "upstream_allocations", "upstream_frees", "upstream_calls_after_first_iteration", "peak_live_bytes",
-                            "peak_reserved_bytes", "reserved_over_live", "fit", "modelled_upstream_seconds"}) {
+                            "peak_reserved_bytes", "reserved_over_live", "fit", "driver_calls",
+                            "modelled_driver_seconds", "modelled_upstream_seconds"}) {
     INFO(field);
     CHECK(j["results"][0].contains(field));
   }
+  for (const char* kind : {"malloc", "free", "reserve", "unreserve", "create", "release", "map", "unmap", "set_access",
+                           "event_record", "event_query", "event_wait", "peer_enable"}) {
+    INFO(kind);
+    CHECK(j["results"][0]["driver_calls"].contains(kind));
+    CHECK(j["results"][0]["modelled_driver_seconds"]["by_kind"].contains(kind));
+  }
+  for (const char* key : {"total", "after_first_iteration", "floor"}) {
+    CHECK(j["results"][0]["modelled_driver_seconds"].contains(key));
+  }
+  CHECK(j["results"][0]["modelled_upstream_seconds"] == j["results"][0]["modelled_driver_seconds"]["total"]);
+  CHECK_FALSE(j["results"][0].contains("hazards"));  // the judge is off unless asked for
+
+  // --judge counts hazards (none in our pool's replay of this trace); --cost-model picks the profile.
+  const auto judged = run_mgm("--sim 1x8GiB --json replay '" + trace.string() + "' --allocator pool,cub --judge");
+  REQUIRE(judged.rc == 0);
+  for (const auto& res : nlohmann::json::parse(judged.out)["results"]) CHECK(res["hazards"] == 0);
+  const auto total_with = [&](const char* model) {
+    const auto out = run_mgm("--sim 1x8GiB --json replay '" + trace.string() + "' --allocator direct --cost-model " + model);
+    REQUIRE(out.rc == 0);
+    return nlohmann::json::parse(out.out)["results"][0]["modelled_driver_seconds"]["total"].get<double>();
+  };
+  const double typical = total_with("typical");
+  CHECK(total_with("default") == typical);
+  CHECK(total_with("high") > typical);
+  CHECK(total_with("low") <= typical);
+  CHECK(total_with("none") == 0.0);
+  CHECK(run_mgm("replay '" + trace.string() + "' --cost-model free").rc == 1);
   CHECK(j["results"][1]["device"] == 1);
   CHECK(j["results"][0]["peak_live_bytes"] == 5242880);
   CHECK_FALSE(j["results"][0]["fit"].is_null());
