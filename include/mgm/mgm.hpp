@@ -16,7 +16,8 @@
 /// - partition: `partition/partitioner.hpp` (capacity-proportional splits, rebalancing)
 /// - placement: `placement/placement_policy.hpp` (ranking), `peer_access.hpp`, `placed_allocator.hpp`
 /// - trace: `trace/trace.hpp` (RMM CSV), `trace/replay.hpp` (replays, the fit search)
-/// - the simulated machine: `sim/machine.hpp` (and its allocator, seams, faults, cost model)
+/// - the simulated machine: `sim/machine.hpp` (and its allocator, seams, faults, cost model);
+///   its judge: `sim/judged.hpp` (an adaptor reporting every hand-out), `sim/oracle.hpp`, `sim/hazard.hpp`
 /// - interop: `interop/cuda_mr.hpp` (CCCL `cuda::mr`)
 #pragma once
 
@@ -65,6 +66,7 @@
 #include <mgm/trace/replay.hpp>
 #include <mgm/trace/trace.hpp>
 
+#include <mgm/sim/judged.hpp>
 #include <mgm/sim/machine.hpp>
 
 #include <mgm/interop/cuda_mr.hpp>

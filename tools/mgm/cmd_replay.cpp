@@ -176,7 +176,8 @@ void add_replay(CLI::App& app, context& ctx) {
                     run.cpu_seconds, run.wall_seconds > 0 ? run.cpu_seconds / run.wall_seconds : 0.0);
       }
     }
-    std::printf("\nHOST ns/EVENT: host time per allocation or free, less a do-nothing replay. RES/LIVE: peak device use "
+    std::printf("\nHOST ns/EVENT: host time per allocation or free, less a do-nothing replay and the simulator's own "
+                "bookkeeping inside the calls it models (measured). RES/LIVE: peak device use "
                 "over peak requested bytes. FIT: smallest capacity that runs it, over peak live. ALLOCS: cudaMalloc + "
                 "cuMemCreate calls. AFTER 1ST: driver calls that obtain, map or free memory after the first iteration. "
                 "MODELLED s: every driver call priced by the cost model (events and virtual-memory calls included). "
