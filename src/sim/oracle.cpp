@@ -69,7 +69,10 @@ std::string machine_state::describe_stream(stream_id s) const {
   const auto generation = static_cast<std::uint32_t>(s >> 40);
   std::string out = index == 0 ? "the default stream of sim device " + std::to_string(dev)
                                : "stream " + std::to_string(index) + " of sim device " + std::to_string(dev);
-  if (generation != 0) out += " (its handle's " + std::to_string(generation + 1) + "th stream)";
+  if (generation != 0) {
+    out += " (made after " + std::to_string(generation) + " destroyed stream" + (generation == 1 ? "" : "s") +
+           " with this handle)";
+  }
   return out;
 }
 

@@ -70,6 +70,9 @@ class null_target final : public replay_target {
   std::uintptr_t next_{0x1000};
 };
 
+}  // namespace
+
+// (Outside the anonymous namespace: clang would call its operator== unneeded there.)
 // A target seen as a stream allocator, so that `sim::judged` can wrap any of them.
 class target_allocator {
  public:
@@ -99,7 +102,6 @@ class judged_target final : public replay_target {
   sim::judged<target_allocator> judged_;
 };
 
-}  // namespace
 
 std::unique_ptr<replay_target> make_null_target() { return std::make_unique<null_target>(); }
 

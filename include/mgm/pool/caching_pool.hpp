@@ -213,7 +213,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       free_with_other_uses(b, *slot);
     } else {
       b->owner = slot;
-      b->aux = ++slot->free_epoch;
+      b->aux = slot->next_epoch();
       insert_free(b);
     }
     if (reserved_ > options_.release_threshold_bytes) [[unlikely]] trim(lock, options_.release_threshold_bytes);
@@ -270,6 +270,95 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       }
     }
     peers_ = std::move(next);
+  }
+
+  /// @brief Retires `stream`'s cache; call it before destroying the stream. An event is recorded on
+  /// `stream` now, the last one: its cached blocks join the default stream's cache once that
+  /// event has completed, and nothing is recorded on `stream` again. Blocks still allocated on it
+  /// are freed as usual, in the order of the stream `deallocate_async` names. A later stream with
+  /// the same handle value starts with an empty cache. If live blocks were `record_stream`ed on
+  /// `stream`, the host waits for that event (this stream can no longer be recorded on at their free).
+  /// @throws mgm::logic_error for the default stream; mgm::cuda_error from the platform, with the
+  /// pool unchanged.
+  void forget_stream(stream_ref stream) {
+    MGM_EXPECTS(stream.get() != nullptr, "forget_stream: the default stream cannot be forgotten");
+    std::unique_lock lock{mutex_};
+    if (std::none_of(slots_.begin(), slots_.end(), [&](const auto& s) { return s->stream == stream.get(); })) return;
+    detail::stream_slot& home = slot_for(nullptr);  // first: it may add a slot
+    const auto it = std::find_if(slots_.begin(), slots_.end(), [&](const auto& s) { return s->stream == stream.get(); });
+    detail::stream_slot& gone = **it;
+    MGM_EXPECTS(!ops_.is_capturing(stream), "forget_stream: the stream is capturing a graph");
+    // Everything that can fail first: one event per cached block (each pending entry owns its
+    // event), recorded on the stream, and the records to hold them.
+    std::vector<detail::block*> cached;
+    for (detail::tlsf_index* index : {&gone.small, &gone.large}) index->for_each([&](detail::block* b) { cached.push_back(b); });
+    bool record_stream_users = false;
+    for (const auto& [b, users] : extra_uses_) {
+      record_stream_users = record_stream_users || std::find(users.begin(), users.end(), stream.get()) != users.end();
+    }
+    std::vector<int> made;
+    try {
+      pending_.reserve(pending_.size() + cached.size());
+      for (std::size_t i = 0; i < cached.size() + (record_stream_users ? 1 : 0); ++i) {
+        made.push_back(acquire_event());
+        ops_.record(events_[static_cast<std::size_t>(made.back())], stream);
+      }
+      if (record_stream_users) ops_.synchronize(events_[static_cast<std::size_t>(made.back())]);
+    } catch (...) {
+      for (const int e : made) free_events_.push_back(e);
+      throw;
+    }
+    // Nothing below fails.
+    if (record_stream_users) {
+      free_events_.push_back(made.back());
+      made.pop_back();
+      for (auto& [b, users] : extra_uses_) std::erase(users, stream.get());
+    }
+    for (std::size_t i = 0; i < cached.size(); ++i) {
+      detail::block* b = cached[i];
+      gone.index(b->small != 0).remove(b);
+      if (b->whole_segment()) idle_bytes_ -= b->size;
+      b->owner = &home;
+      b->state = detail::block_state::pending;
+      b->u.used.hash_next = nullptr;
+      b->u.used.tag = nullptr;
+      pending_free pf{b, {}};
+      pf.events.emplace_back(made[i], nullptr);  // recorded already: the stream is not touched again
+      pending_.push_back(std::move(pf));
+      pending_bytes_ += b->size;
+    }
+    // Blocks waiting on other streams go to the default stream too, after this stream's work.
+    for (auto& pf : pending_) {
+      if (pf.b->owner == &gone) pf.b->owner = &home;
+    }
+    // Unmapped ranges have no memory behind them: they join the default stream's at once.
+    for (auto& seg : expandables_) {
+      if (seg->owner == &gone) seg->owner = &home;
+      for (detail::block* b = seg->head; b != nullptr;) {
+        detail::block* next = b->next;
+        if (b->unmapped() && b->owner == &gone) {
+          gone.unmapped_index(b->small != 0).remove(b);
+          b->owner = &home;
+          insert_unmapped(b);
+        }
+        b = next;
+      }
+    }
+    if (gone.event >= 0) free_events_.push_back(gone.event);
+    gone.event = -1;
+    gone.event_recorded = false;
+    // Blocks still allocated keep pointing at the slot: it stays, under a handle no stream has.
+    gone.stream = retired_stream();
+    retired_.push_back(std::move(*it));
+    slots_.erase(it);
+    last_slot_ = nullptr;
+  }
+
+  /// @brief For tests only: `stream`'s free epoch advances as `frees` frees would (they would take
+  /// minutes to make), so that the epoch arithmetic can be tried near its limits.
+  void skip_free_epochs_for_testing(stream_ref stream, std::uint64_t frees) {
+    const std::lock_guard lock{mutex_};
+    slot_for(stream.get()).free_epoch += frees;
   }
 
   void set_oom_handler(oom_handler handler) {
@@ -348,7 +437,8 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
  private:
   struct pending_free {
     detail::block* b;
-    std::vector<std::pair<int, cudaStream_t>> events;  // event index, the stream it was recorded on
+    // event index, the stream it was recorded on (nullptr: a forgotten stream, never asked again)
+    std::vector<std::pair<int, cudaStream_t>> events;
   };
   struct idle_segment {
     std::uintptr_t addr;
@@ -368,6 +458,11 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
 
 
   static constexpr std::size_t large_buffer_bytes = std::size_t{20} << 20;
+  /// The handle of a forgotten stream's slot: never a stream's (CUDA's and the simulator's
+  /// handles are aligned pointers or tagged values; this one is odd and has no tag).
+  static cudaStream_t retired_stream() noexcept {
+    return reinterpret_cast<cudaStream_t>(~std::uintptr_t{0});
+  }
   static constexpr std::size_t max_request_ = std::size_t{1} << 60;
 
   // ---- the hot path's helpers ----------------------------------------------------------------
@@ -406,7 +501,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     if (split) {
       detail::block* r = split_off(b, size, arena_.make());
       r->owner = &slot;
-      r->aux = b->owner == &slot ? b->aux : slot.free_epoch;
+      r->aux = b->owner == &slot ? b->aux : slot.current_epoch();
       insert_free(r);
     }
     b->owner = &slot;
@@ -518,7 +613,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       if (!other->event_complete) ops_.wait(stream, e);  // on the device: the host does not block
       index.remove(b);
       b->owner = &slot;
-      b->aux = ++slot.free_epoch;  // events recorded on `stream` before the wait do not cover it
+      b->aux = slot.next_epoch();  // events recorded on `stream` before the wait do not cover it
       if constexpr (Statistics) ++stats_.stream_steals;
       return b;
     }
@@ -591,7 +686,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     b->size = seg;
     b->small = small ? 1 : 0;
     b->owner = &slot;
-    b->aux = ++slot.free_epoch;  // new memory: no event recorded before now covers it
+    b->aux = slot.next_epoch();  // new memory: no event recorded before now covers it
     segments_.push_back(b);
     detail::nvtx::register_heap(p, seg);
     reserved_ += seg;
@@ -663,13 +758,12 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       if (capturing) continue;
       for (detail::block* b = head->next; b != nullptr; b = b->next) {
         detail::stream_slot* other = b->owner;
-        if (other == target || (other->event_recorded && detail::epoch_covers(other->event_epoch, b->aux) &&
-                                other->event_complete)) {
+        if (other == target || (detail::event_covers(*other, b->aux) && other->event_complete)) {
           continue;
         }
         if (other->event < 0) other->event = acquire_event();
         event_type& e = events_[static_cast<std::size_t>(other->event)];
-        if (!other->event_recorded || !detail::epoch_covers(other->event_epoch, b->aux)) {
+        if (!detail::event_covers(*other, b->aux)) {
           ops_.record(e, stream_ref{other->stream});
           other->event_epoch = other->free_epoch;
           other->event_recorded = true;
@@ -689,7 +783,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       head->size = total;
       head->next = nullptr;
       head->owner = target;
-      head->aux = ++target->free_epoch;
+      head->aux = target->next_epoch();
       insert_free(head);
     }
   }
@@ -872,7 +966,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
         if (map_bytes < u->size) insert_unmapped(split_off(u, map_bytes, arena_.make()));
         u->set_unmapped(false);
         u->owner = &slot;
-        u->aux = ++slot.free_epoch;  // new memory: no earlier event covers it
+        u->aux = slot.next_epoch();  // new memory: no earlier event covers it
         if (below != nullptr) {
           below->state = detail::block_state::free;
           if (below->whole_segment()) idle_bytes_ += below->size;
@@ -1030,7 +1124,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     detail::stream_slot* owner = b->owner;
     if (owner->event < 0) owner->event = acquire_event();
     event_type& e = events_[static_cast<std::size_t>(owner->event)];
-    if (!owner->event_recorded || !detail::epoch_covers(owner->event_epoch, b->aux)) {
+    if (!detail::event_covers(*owner, b->aux)) {
       ops_.record(e, stream_ref{owner->stream});
       owner->event_epoch = owner->free_epoch;
       owner->event_recorded = true;
@@ -1080,7 +1174,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
         arena_.recycle(n);
       }
       if (taken) {
-        b->aux = ++b->owner->free_epoch;
+        b->aux = b->owner->next_epoch();
         b = insert_free(b);
       }
     }
@@ -1156,7 +1250,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       bool done = true;
       try {
         for (const auto& [e, s] : pending_[i].events) {
-          if (ops_.is_capturing(stream_ref{s}) || !ops_.query(events_[static_cast<std::size_t>(e)])) {
+          if ((s != nullptr && ops_.is_capturing(stream_ref{s})) || !ops_.query(events_[static_cast<std::size_t>(e)])) {
             done = false;
             break;
           }
@@ -1173,7 +1267,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       pending_.pop_back();
       for (const auto& ev : pf.events) free_events_.push_back(ev.first);
       pending_bytes_ -= pf.b->size;
-      pf.b->aux = ++pf.b->owner->free_epoch;
+      pf.b->aux = pf.b->owner->next_epoch();
       insert_free(pf.b);
     }
   }
@@ -1248,6 +1342,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   detail::block_map map_;
   std::vector<std::unique_ptr<detail::stream_slot>> slots_;
   detail::stream_slot* last_slot_{nullptr};
+  std::vector<std::unique_ptr<detail::stream_slot>> retired_;  // forgotten streams' slots (live blocks point at them)
   std::vector<detail::block*> segments_;  // segment heads
   std::vector<event_type> events_;
   std::vector<int> free_events_;
