@@ -77,8 +77,10 @@ void replays_on_the_sim(const mgm::compiled_trace& c) {
   ro.capacity_bytes = std::size_t{16} << 30;
   const auto direct = mgm::replay_on_sim(c, "direct", ro);
   REQUIRE(direct.peak_live_bytes == c.peak_live_bytes);
+  REQUIRE(direct.hazards == 0u);  // judged by default
   const auto pool = mgm::replay_on_sim(c, "pool", ro);
   REQUIRE(pool.peak_reserved_bytes >= c.peak_live_bytes);
+  REQUIRE(pool.hazards == 0u);
 }
 
 }  // namespace

@@ -158,12 +158,14 @@ TEST_CASE("replay: the six-event trace has the answers worked out by hand", "[tr
 
   // CUB: power-of-two bins; A's 4 MiB bin serves C.
   const auto cub = mgm::replay_on_sim(t, "cub", o);
+  REQUIRE(cub.hazards == 0u);
   REQUIRE(cub.upstream_allocations == 2);
   REQUIRE(cub.upstream_calls_after_first_iteration == 0);
   REQUIRE(cub.peak_reserved_bytes == 5 * MiB);
   REQUIRE(cub.fit->capacity_bytes == 6 * MiB);
 
   const auto pmr = mgm::replay_on_sim(t, "pmr", o);
+  REQUIRE(pmr.hazards == 0u);
   REQUIRE(pmr.peak_live_bytes == 5 * MiB);
   REQUIRE(pmr.fit->capacity_bytes >= 6 * MiB);
 
@@ -259,6 +261,7 @@ TEST_CASE("realdata: every real trace replays at least as well as the calibratio
     o.fit = known.contains(name);
     const auto pool = mgm::replay_on_sim(t, "pool", o);
     REQUIRE(pool.upstream_calls_after_first_iteration == 0);
+    REQUIRE(pool.hazards == 0u);  // every real trace, judged
     REQUIRE(pool.reserved_over_live >= 1.0);
     if (const auto k = known.find(name); k != known.end()) {
       // Half a unit of the calibration's last digit: its figures are rounded to three decimals.
@@ -268,6 +271,7 @@ TEST_CASE("realdata: every real trace replays at least as well as the calibratio
       o.fit = false;
       const auto cub = mgm::replay_on_sim(t, "cub", o);
       REQUIRE(cub.reserved_over_live == Approx(k->second.cub_reserved).margin(0.01));  // the replay is faithful
+      REQUIRE(cub.hazards == 0u);
     }
     ++replayed;
   }
