@@ -49,6 +49,7 @@ void machine::destroy_stream(stream_ref s) {
   MGM_EXPECTS(st.graph == 0, "destroy_stream: the stream is capturing a graph (end the capture first)");
   st.alive = false;  // its enqueued work still completes at its tail
   st.clock.clear();
+  dev.dead_tail_ns = std::max(dev.dead_tail_ns, st.tail_ns);  // device syncs still wait for it
   dev.dead_streams.push_back(key.index);
 }
 
@@ -80,6 +81,7 @@ graph machine::end_capture(stream_ref s) {
   auto& dev = state_->device(device_id{static_cast<int>(key.device)});
   bool invalidated = false;
   std::uint64_t id = 0;
+  detail::stream_id capture_stream = 0;
   {
     const std::lock_guard capture_lock{state_->capture_mutex};
     const std::lock_guard lock{dev.mutex};
@@ -90,6 +92,7 @@ graph machine::end_capture(stream_ref s) {
     g.capturing = false;
     g.duration_ns = st.captured_ns;
     invalidated = g.invalidated;
+    capture_stream = g.stream;
     if (invalidated) g.destroyed = true;  // no graph exists: what it captured is nobody's
     st.graph = 0;
     st.captured_ns = 0;
@@ -98,8 +101,7 @@ graph machine::end_capture(stream_ref s) {
   }
   if (invalidated) {
     throw cuda_error{cudaErrorStreamCaptureInvalidated,
-                     "end_capture: a prohibited call during the capture on " +
-                         state_->describe_stream(state_->graphs[id - 1].stream) +
+                     "end_capture: a prohibited call during the capture on " + state_->describe_stream(capture_stream) +
                          " invalidated it: cudaErrorStreamCaptureInvalidated"};
   }
   return graph{id};
@@ -132,8 +134,7 @@ void machine::launch(graph g, stream_ref s) {
       st.tail_ns = std::max(st.tail_ns, dev.now_ns) + gs.duration_ns;
     }
     gs.launched = true;
-    gs.last_stream = id;
-    gs.last_until_ns = std::max(gs.last_until_ns, st.tail_ns);
+    detail::advance_to(gs.launches, id, st.tail_ns);  // every stream it ran on, until its last run there
     captured = gs.ranges;
   }
   if (dead != 0) state_->report_dead_stream(d, dead, "cudaGraphLaunch");

@@ -102,6 +102,7 @@ struct device_state {
   std::int64_t now_ns{0};
   std::vector<stream_state> streams{1};  // [0] is the default stream
   std::vector<std::uint32_t> dead_streams;  // indices a new stream reuses, as CUDA reuses handles
+  std::int64_t dead_tail_ns{0};             // the last work of destroyed streams (device syncs wait for it)
   std::vector<event_state> events;
   std::vector<std::uint32_t> free_events;
   fault_state faults;
@@ -138,8 +139,7 @@ struct graph_state {
   bool destroyed{false};
   std::int64_t duration_ns{0};
   bool launched{false};
-  stream_id last_stream{0};      // the last launch: its stream and when it ends
-  std::int64_t last_until_ns{0};
+  vector_clock launches;         // each stream it was launched on, and when its last launch there ends
   std::vector<std::pair<std::uintptr_t, std::size_t>> ranges;  // what the capture allocated or freed
 };
 

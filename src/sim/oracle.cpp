@@ -174,46 +174,60 @@ std::int64_t tail_of(machine_state& m, stream_id s) {
   auto& dev = *m.devices[device_of_id(s)];
   const std::lock_guard lock{dev.mutex};
   const auto index = index_of_id(s);
-  return index < dev.streams.size() ? std::max(dev.streams[index].tail_ns, dev.now_ns) : dev.now_ns;
+  if (index >= dev.streams.size()) return dev.now_ns;
+  const stream_state& st = dev.streams[index];
+  if (make_stream_id(device_of_id(s), index, st.generation) != s) {
+    return std::max(dev.dead_tail_ns, dev.now_ns);  // destroyed, its handle reused: its last work
+  }
+  return std::max(st.tail_ns, dev.now_ns);
 }
 
-// A graph use seen as the stream use it has become: none while the graph lives (`forever`),
-// its last launch once destroyed (nothing when it never ran).
+// What a use stands for now: a stream use as it is; a graph's use is "until destroyed" while
+// the graph lives, then one stream use per stream it was launched on (none if it never ran).
 struct effective_use {
   bool graph_alive{false};
-  bool none{false};
-  range_use use;
+  std::vector<range_use> uses;
 };
 effective_use effective(machine_state& m, const range_use& u) {
-  if (u.graph == 0) return {false, false, u};
+  if (u.graph == 0) return {false, {u}};
   const std::lock_guard lock{m.capture_mutex};
   const graph_state& g = m.graphs[u.graph - 1];
-  if (!g.destroyed) return {true, false, {0, forever, u.graph}};
-  if (!g.launched) return {false, true, {}};
-  return {false, false, {g.last_stream, g.last_until_ns, 0}};
+  if (!g.destroyed) return {true, {{0, forever, u.graph}}};
+  effective_use e;
+  for (const clock_entry& l : g.launches) e.uses.push_back({l.stream, l.ns, 0});
+  return e;
+}
+
+bool stream_use_ended(machine_state& m, const range_use& u, const range_user& user) {
+  if (!user.host && user.stream == u.stream) return true;                        // program order
+  if (now_of(m, device_of_id(u.stream)) >= u.until_ns) return true;             // the work is complete
+  return !user.host && known(user.clock, u.stream) >= u.until_ns;                // waited on an event after it
 }
 
 // Whether `u` has ended for `user`; `until` is when it ends otherwise.
 bool ended_for(machine_state& m, const range_use& u, const range_user& user, std::int64_t& until) {
   const effective_use e = effective(m, u);
-  if (e.none) return true;
   if (e.graph_alive) {
     until = forever;
     return user.graph == u.graph;  // the capture that owns it may reuse it
   }
-  until = e.use.until_ns;
-  if (!user.host && user.stream == e.use.stream) return true;           // program order
-  if (now_of(m, device_of_id(e.use.stream)) >= e.use.until_ns) return true;  // the work is complete
-  return !user.host && known(user.clock, e.use.stream) >= e.use.until_ns;   // waited on an event after the free
+  for (const range_use& s : e.uses) {
+    if (!stream_use_ended(m, s, user)) {
+      until = s.until_ns;
+      return false;
+    }
+  }
+  return true;
 }
 
 // Drops the uses of a freed range that have ended for everyone.
 void drop_ended(machine_state& m, tracked_range& r) {
   std::erase_if(r.uses, [&](const range_use& u) {
     const effective_use e = effective(m, u);
-    if (e.none) return true;
     if (e.graph_alive) return false;
-    return now_of(m, device_of_id(e.use.stream)) >= e.use.until_ns;
+    return std::all_of(e.uses.begin(), e.uses.end(), [&](const range_use& s) {
+      return now_of(m, device_of_id(s.stream)) >= s.until_ns;
+    });
   });
 }
 
@@ -238,6 +252,7 @@ void prune(machine_state& m, int budget) {
 range_user resolve(machine_state& m, std::uintptr_t addr, std::optional<stream_ref> stream,
                    std::optional<device_id> device, stream_id& dead) {
   range_user u;
+  if (device && device->is_host()) device.reset();  // host memory: no device clock of its own
   if (!device) device = m.owner_of(addr);
   if (!stream) {
     u.host = true;
@@ -300,7 +315,9 @@ void oracle::handed_out(const void* p, std::size_t bytes, std::optional<stream_r
   detail::range_user user = detail::resolve(m, addr, stream, device, dead);
   if (dead != 0) m.report_dead_stream(device_id{static_cast<int>(user.device)}, dead, "an allocation");
   if (auto problem = detail::access_problem(m, addr, bytes, user); !problem.empty()) {
-    m.vmm_breach(problem, device_id{static_cast<int>(user.device)}, addr, bytes, true);
+    // Listed; thrown only when enforcing (in record mode the call behaves as without the judge).
+    m.vmm_breach(problem, device_id{static_cast<int>(user.device)}, addr, bytes,
+                 m.judging.load(std::memory_order_relaxed) == oracle_mode::enforce);
   }
 
   std::vector<hazard> found;
@@ -390,7 +407,8 @@ void oracle::freed(const void* p, std::optional<stream_ref> stream, std::optiona
   try {
     const auto addr = reinterpret_cast<std::uintptr_t>(p);
     detail::stream_id dead = 0;
-    detail::range_user by = detail::resolve(m, addr, stream, device, dead);
+    // A synchronous free is a free in the default stream's order (its waits count).
+    detail::range_user by = detail::resolve(m, addr, stream.value_or(stream_ref{}), device, dead);
     const std::lock_guard lock{m.oracle_mutex};
     const auto it = m.ranges.find(addr);
     if (it == m.ranges.end() || !it->second.live) return;  // not judged, or a double free: the allocator reports it

@@ -373,6 +373,7 @@ void vmm_ops::unmap(void* va, std::size_t bytes) noexcept {
       machine_->charge(dev, driver_call::unmap, machine_->costs.unmap_us);
       // cuMemUnmap synchronises the device: the host waits for all of its work.
       for (const auto& st : dev.streams) dev.now_ns = std::max(dev.now_ns, st.tail_ns);
+      dev.now_ns = std::max(dev.now_ns, dev.dead_tail_ns);
     }
   } catch (const std::exception& e) {
     problem = e.what();
@@ -482,8 +483,10 @@ void peer_ops::enable(device_id accessor, device_id owner) {
     machine_->charge(dev, driver_call::peer_enable,
                      ever != 0 ? machine_->costs.peer_enable_again_us : machine_->costs.peer_enable_first_us);
   }
-  ever = 1;
-  if (flag != 0) return;  // already enabled: success, as callers of CUDA treat it
+  if (flag != 0) {  // already enabled: success, as callers of CUDA treat it
+    ever = 1;
+    return;
+  }
   const bool new_pair = machine_->peer_enabled[owner.index() * n + accessor.index()] == 0;
   if (new_pair) {
     for (const device_id d : {accessor, owner}) {
@@ -496,6 +499,7 @@ void peer_ops::enable(device_id accessor, device_id owner) {
     }
   }
   flag = 1;
+  ever = 1;
 }
 
 void peer_ops::disable(device_id accessor, device_id owner) {

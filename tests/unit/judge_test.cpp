@@ -383,3 +383,62 @@ TEST_CASE("judge: off costs nothing and finds nothing", "[judge]") {
   REQUIRE(m.hazards().empty());
   REQUIRE(m.oracle().tracked_ranges() == 0);
 }
+
+TEST_CASE("judge: a destroyed graph's memory waits for its launches on every stream", "[judge][graph]") {
+  setup t;
+  const auto cap = t.m.create_stream(device_id{0});
+  void* warm = t.judged.allocate_async(MiB, 256, cap);
+  t.judged.deallocate_async(warm, MiB, 256, cap);
+  t.m.begin_capture(cap);
+  void* g = t.judged.allocate_async(MiB, 256, cap);
+  t.m.enqueue(cap, 1ms);
+  t.judged.deallocate_async(g, MiB, 256, cap);
+  const auto graph = t.m.end_capture(cap);
+  t.m.launch(graph, t.s1);  // runs until 1 ms on s1
+  t.m.enqueue(t.s2, 2ms);
+  t.m.launch(graph, t.s2);  // until 3 ms on s2
+  t.m.destroy(graph);
+  // s2's own program order does not cover the launch still running on s1, and the reverse.
+  REQUIRE_THROWS_AS(t.judged.allocate_async(MiB, 256, t.s2), mgm::sim::stream_hazard);
+  t.m.advance(device_id{0}, 1ms);
+  void* p = t.judged.allocate_async(MiB, 256, t.s2);  // s1's launch ended; s2's is in s2's order
+  t.judged.deallocate_async(p, MiB, 256, t.s2);
+}
+
+TEST_CASE("judge: a device sync waits for a destroyed stream's work", "[judge][streams]") {
+  setup t;
+  const auto doomed = t.m.create_stream(device_id{0});
+  void* p = t.busy_block(doomed);
+  t.m.destroy_stream(doomed);
+  const auto reborn = t.m.create_stream(device_id{0});
+  REQUIRE(reborn == doomed);
+  t.m.synchronize(device_id{0});
+  REQUIRE(t.m.now(device_id{0}) == 1ms);  // the destroyed stream's work was still waited for
+  REQUIRE(t.judged.allocate(64 * KiB) == p);  // so the host may take its block
+  t.judged.deallocate(p, 64 * KiB);
+  REQUIRE(t.m.hazards().empty());
+}
+
+TEST_CASE("judge: a synchronous free is ordered by the default stream's waits", "[judge]") {
+  setup t;
+  auto ops = t.m.streams();
+  void* p = t.judged.allocate_async(64 * KiB, 256, t.s1);
+  t.m.enqueue(t.s1, 1ms);
+  auto e = ops.create_event(device_id{0});
+  ops.record(e, t.s1);
+  ops.wait(t.m.default_stream(device_id{0}), e);
+  t.judged.deallocate(p, 64 * KiB);  // a free in the default stream's order, after s1's work
+  ops.destroy_event(e);
+  REQUIRE(t.m.hazards().empty());
+}
+
+TEST_CASE("judge: host memory is judged too", "[judge]") {
+  mgm::sim::machine m{mgm::sim::parse_device_list("1GiB")};
+  auto host = m.host_allocator();
+  mgm::sim::judged judged{m, host};
+  void* p = judged.allocate(MiB);
+  judged.deallocate(p, MiB);
+  void* q = judged.allocate_async(MiB, 256, m.default_stream(device_id{0}));
+  judged.deallocate_async(q, MiB, 256, m.default_stream(device_id{0}));
+  REQUIRE(m.hazards().empty());
+}

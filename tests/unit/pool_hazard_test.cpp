@@ -78,9 +78,9 @@ TEST_CASE("pool: a new stream with a forgotten stream's handle starts with an em
   void* q = t.pool.allocate_async(64 * KiB, 256, reborn);  // not the old stream's block: its work runs
   REQUIRE(q != p);
   t.pool.deallocate_async(q, 64 * KiB, 256, reborn);
-  t.pool.deallocate_async(live, 64 * KiB, 256, reborn);  // freed in the new stream's order
-  // Once the old stream's last event completed, its blocks serve the default stream.
-  t.m.advance(device_id{0}, 1ms);
+  t.m.advance(device_id{0}, 1ms);  // the old stream's work is done: its last event completed
+  t.pool.deallocate_async(live, 64 * KiB, 256, reborn);  // so `live` may be freed in the new stream's order
+  // Its cached blocks now serve the default stream.
   const auto legacy = t.m.default_stream(device_id{0});
   void* r = t.pool.allocate_async(64 * KiB, 256, legacy);
   t.pool.deallocate_async(r, 64 * KiB, 256, legacy);

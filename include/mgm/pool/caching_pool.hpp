@@ -283,72 +283,101 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   void forget_stream(stream_ref stream) {
     MGM_EXPECTS(stream.get() != nullptr, "forget_stream: the default stream cannot be forgotten");
     std::unique_lock lock{mutex_};
-    if (std::none_of(slots_.begin(), slots_.end(), [&](const auto& s) { return s->stream == stream.get(); })) return;
-    detail::stream_slot& home = slot_for(nullptr);  // first: it may add a slot
-    const auto it = std::find_if(slots_.begin(), slots_.end(), [&](const auto& s) { return s->stream == stream.get(); });
-    detail::stream_slot& gone = **it;
     MGM_EXPECTS(!ops_.is_capturing(stream), "forget_stream: the stream is capturing a graph");
-    // Everything that can fail first: one event per cached block (each pending entry owns its
-    // event), recorded on the stream, and the records to hold them.
+    const cudaStream_t handle = stream.get();
+    const bool has_slot = std::any_of(slots_.begin(), slots_.end(), [&](const auto& s) { return s->stream == handle; });
+    detail::stream_slot* home = has_slot ? &slot_for(nullptr) : nullptr;  // first: it may add a slot
+    const auto it = std::find_if(slots_.begin(), slots_.end(), [&](const auto& s) { return s->stream == handle; });
+    detail::stream_slot* gone = has_slot ? it->get() : nullptr;
+    // Everything that can fail first, with the pool unchanged: the records, and one event recorded
+    // on the stream per cached block and per block pending on other streams that it freed (each
+    // pending entry owns its events).
     std::vector<detail::block*> cached;
-    for (detail::tlsf_index* index : {&gone.small, &gone.large}) index->for_each([&](detail::block* b) { cached.push_back(b); });
+    std::size_t pending_of_gone = 0;
+    if (gone != nullptr) {
+      for (detail::tlsf_index* index : {&gone->small, &gone->large}) {
+        index->for_each([&](detail::block* b) { cached.push_back(b); });
+      }
+      for (const auto& pf : pending_) pending_of_gone += pf.b->owner == gone ? 1 : 0;
+    }
     bool record_stream_users = false;
     for (const auto& [b, users] : extra_uses_) {
-      record_stream_users = record_stream_users || std::find(users.begin(), users.end(), stream.get()) != users.end();
+      record_stream_users = record_stream_users || std::find(users.begin(), users.end(), handle) != users.end();
     }
     std::vector<int> made;
+    std::vector<pending_free> staged;
     try {
+      const std::size_t events = cached.size() + pending_of_gone + (record_stream_users ? 1 : 0);
+      free_events_.reserve(free_events_.size() + events + 1);
       pending_.reserve(pending_.size() + cached.size());
-      for (std::size_t i = 0; i < cached.size() + (record_stream_users ? 1 : 0); ++i) {
+      if (gone != nullptr) retired_.reserve(retired_.size() + 1);
+      for (auto& pf : pending_) {
+        if (gone != nullptr && pf.b->owner == gone) pf.events.reserve(pf.events.size() + 1);
+      }
+      staged.reserve(cached.size());
+      for (detail::block* b : cached) staged.push_back(pending_free{b, std::vector<std::pair<int, cudaStream_t>>(1)});
+      for (std::size_t i = 0; i < events; ++i) {
         made.push_back(acquire_event());
         ops_.record(events_[static_cast<std::size_t>(made.back())], stream);
       }
       if (record_stream_users) ops_.synchronize(events_[static_cast<std::size_t>(made.back())]);
     } catch (...) {
-      for (const int e : made) free_events_.push_back(e);
+      for (const int e : made) free_events_.push_back(e);  // reserved above: does not throw
       throw;
     }
-    // Nothing below fails.
+    // Nothing below allocates or fails. Events already recorded on the stream are never asked
+    // about the stream again (nullptr).
+    for (auto& pf : pending_) {
+      for (auto& ev : pf.events) {
+        if (ev.second == handle) ev.second = nullptr;
+      }
+    }
     if (record_stream_users) {
       free_events_.push_back(made.back());
       made.pop_back();
-      for (auto& [b, users] : extra_uses_) std::erase(users, stream.get());
+      for (auto& [b, users] : extra_uses_) std::erase(users, handle);
     }
-    for (std::size_t i = 0; i < cached.size(); ++i) {
-      detail::block* b = cached[i];
-      gone.index(b->small != 0).remove(b);
+    if (gone == nullptr) return;
+    std::size_t next_event = 0;
+    for (auto& pf : pending_) {  // blocks waiting on other streams: after this stream's work too
+      if (pf.b->owner != gone) continue;
+      pf.events.emplace_back(made[next_event++], nullptr);
+      pf.b->owner = home;
+    }
+    for (auto& pf : staged) {
+      detail::block* b = pf.b;
+      gone->index(b->small != 0).remove(b);
       if (b->whole_segment()) idle_bytes_ -= b->size;
-      b->owner = &home;
+      b->owner = home;
       b->state = detail::block_state::pending;
       b->u.used.hash_next = nullptr;
       b->u.used.tag = nullptr;
-      pending_free pf{b, {}};
-      pf.events.emplace_back(made[i], nullptr);  // recorded already: the stream is not touched again
+      pf.events[0] = {made[next_event++], nullptr};
       pending_.push_back(std::move(pf));
       pending_bytes_ += b->size;
     }
-    // Blocks waiting on other streams go to the default stream too, after this stream's work.
-    for (auto& pf : pending_) {
-      if (pf.b->owner == &gone) pf.b->owner = &home;
-    }
-    // Unmapped ranges have no memory behind them: they join the default stream's at once.
+    // Unmapped ranges have no memory behind them: they join the default stream's at once. Ranges
+    // another call holds busy (mapping or unmapping, the lock released) only change owner: that
+    // call puts them back into their segment's owner's index.
     for (auto& seg : expandables_) {
-      if (seg->owner == &gone) seg->owner = &home;
+      if (seg->owner == gone) seg->owner = home;
       for (detail::block* b = seg->head; b != nullptr;) {
         detail::block* next = b->next;
-        if (b->unmapped() && b->owner == &gone) {
-          gone.unmapped_index(b->small != 0).remove(b);
-          b->owner = &home;
+        if (b->owner == gone && b->state == detail::block_state::free && b->unmapped()) {
+          gone->unmapped_index(b->small != 0).remove(b);
+          b->owner = home;
           insert_unmapped(b);
+        } else if (b->owner == gone && b->state == detail::block_state::pending) {
+          b->owner = home;
         }
         b = next;
       }
     }
-    if (gone.event >= 0) free_events_.push_back(gone.event);
-    gone.event = -1;
-    gone.event_recorded = false;
+    if (gone->event >= 0) free_events_.push_back(gone->event);
+    gone->event = -1;
+    gone->event_recorded = false;
     // Blocks still allocated keep pointing at the slot: it stays, under a handle no stream has.
-    gone.stream = retired_stream();
+    gone->stream = retired_stream();
     retired_.push_back(std::move(*it));
     slots_.erase(it);
     last_slot_ = nullptr;

@@ -31,7 +31,8 @@ namespace mgm::sim {
 /// @tparam A an `mgm::allocator`, or an allocator that places by reader (`allocate(reader, bytes)`,
 ///   `deallocate(p, bytes)`, `rebalance()`: `placed_allocator`).
 /// @throws what `A` throws; `stream_hazard` from `allocate`, `allocate_async` and `record_stream`
-/// when the machine enforces (the block is first given back to `A`, unjudged).
+/// when the machine enforces (the block is first given back to `A`, unjudged); never from
+/// `rebalance` (the buffers have moved: a hazard is only listed).
 /// **Thread safety:** that of `A`. **Device affinity:** that of `A`.
 template <class A>
 class judged : public mgm::detail::ref_platform<A> {
@@ -90,7 +91,10 @@ class judged : public mgm::detail::ref_platform<A> {
     if (oracle_.enabled()) {
       for (const auto& m : moved) {
         oracle_.freed(m.from_ptr, std::nullopt, std::nullopt);
-        oracle_.handed_out(m.to_ptr, m.bytes, std::nullopt, std::nullopt);
+        try {  // the buffers have moved already: a hazard is listed, and the moves are returned
+          oracle_.handed_out(m.to_ptr, m.bytes, std::nullopt, std::nullopt);
+        } catch (const stream_hazard&) {
+        }
       }
     }
     return moved;
@@ -141,7 +145,9 @@ class judged : public mgm::detail::ref_platform<A> {
  private:
   [[nodiscard]] std::optional<device_id> device() const noexcept {
     if constexpr (has_property_with_value<A, device_affinity>) {
-      return get_property(*a_, device_affinity{});
+      const device_id d = get_property(*a_, device_affinity{});
+      if (d.is_host()) return std::nullopt;  // host memory: the machine finds no device for it
+      return d;
     } else {
       return std::nullopt;
     }
