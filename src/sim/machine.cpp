@@ -267,8 +267,7 @@ void machine_state::deallocate(device_id d, void* p, std::size_t bytes, const st
       }
       charge(dev, driver_call::free, costs.free_charge_us(charged));
       // cudaFree synchronises the device: the host waits for all of its work.
-      for (const auto& s : dev.streams) dev.now_ns = std::max(dev.now_ns, s.tail_ns);
-      dev.now_ns = std::max(dev.now_ns, dev.dead_tail_ns);
+      dev.wait_for_all_work();
     }
   } catch (const std::exception& e) {
     report += e.what();
@@ -454,8 +453,7 @@ void machine::synchronize(device_id d) {
   auto& dev = state_->device(d);
   state_->check_unsafe_call("cudaDeviceSynchronize");
   const std::lock_guard lock{dev.mutex};
-  for (const auto& s : dev.streams) dev.now_ns = std::max(dev.now_ns, s.tail_ns);
-      dev.now_ns = std::max(dev.now_ns, dev.dead_tail_ns);
+  dev.wait_for_all_work();
 }
 
 sim::stream_ops machine::streams() const noexcept { return sim::stream_ops{state_.get()}; }

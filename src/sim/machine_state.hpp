@@ -17,6 +17,7 @@
 #include <mgm/stream.hpp>
 #include <mgm/topology/topology.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -108,6 +109,13 @@ struct device_state {
   fault_state faults;
   modelled_costs costs;
   std::atomic<std::int64_t> bookkeeping_ns{0};
+
+  // The host waits for all of the device's work, destroyed streams' included (cudaFree,
+  // cuMemUnmap, cudaDeviceSynchronize). Call with the lock held.
+  void wait_for_all_work() noexcept {
+    for (const auto& s : streams) now_ns = std::max(now_ns, s.tail_ns);
+    now_ns = std::max(now_ns, dead_tail_ns);
+  }
 };
 
 // Measures the host time of one call whose time is modelled, into its device's bookkeeping.

@@ -96,11 +96,7 @@ void machine_state::vmm_breach(const std::string& what, device_id d, std::uintpt
     h.address = va;
     h.bytes = bytes;
     h.message = message;
-    {
-      const std::lock_guard lock{oracle_mutex};
-      report_locked(h);
-    }
-    if (may_throw && judging.load(std::memory_order_relaxed) == oracle_mode::enforce) throw stream_hazard{std::move(h)};
+    report(std::move(h), may_throw);  // throws it when enforcing
   }
   if (may_throw) throw cuda_error{cudaErrorInvalidValue, message + ": cudaErrorInvalidValue"};
   log(log_level::error, message);
@@ -331,15 +327,20 @@ void oracle::handed_out(const void* p, std::size_t bytes, std::optional<stream_r
     auto last = first;
     for (; last != m.ranges.end() && last->first < addr + bytes; ++last) {
       const detail::tracked_range& r = last->second;
-      hazard h;
-      h.device = device_id{static_cast<int>(r.device)};
-      h.address = addr;
-      h.bytes = bytes;
-      h.new_user = detail::describe_user(m, user);
-      h.new_from = std::chrono::nanoseconds{user.start_ns};
+      // The hazard's text is made only when there is one: this loop runs on every judged hand-out.
+      const auto start_hazard = [&](hazard_kind kind, std::string earlier) {
+        hazard h;
+        h.kind = kind;
+        h.device = device_id{static_cast<int>(r.device)};
+        h.address = addr;
+        h.bytes = bytes;
+        h.new_user = detail::describe_user(m, user);
+        h.new_from = std::chrono::nanoseconds{user.start_ns};
+        h.earlier_user = std::move(earlier);
+        return h;
+      };
       if (r.live) {
-        h.kind = hazard_kind::overlap;
-        h.earlier_user = detail::describe_user(m, r.holder);
+        hazard h = start_hazard(hazard_kind::overlap, detail::describe_user(m, r.holder));
         h.message = "overlap on sim device " + std::to_string(r.device) + ": " + detail::span_text(addr, bytes) +
                     " handed to " + h.new_user + " while " + detail::span_text(last->first, r.bytes) +
                     " is still allocated to " + h.earlier_user;
@@ -349,8 +350,8 @@ void oracle::handed_out(const void* p, std::size_t bytes, std::optional<stream_r
       for (const detail::range_use& u : r.uses) {
         std::int64_t until = 0;
         if (detail::ended_for(m, u, user, until)) continue;
-        h.kind = hazard_kind::reuse;
-        h.earlier_user = u.graph != 0 ? "graph " + std::to_string(u.graph) : m.describe_stream(u.stream);
+        hazard h = start_hazard(hazard_kind::reuse,
+                                u.graph != 0 ? "graph " + std::to_string(u.graph) : m.describe_stream(u.stream));
         h.earlier_until = std::chrono::nanoseconds{until};
         const std::string when = until == detail::forever ? "until it is destroyed" : "until t=" + std::to_string(until) + " ns";
         h.message = "reuse hazard on sim device " + std::to_string(r.device) + ": " + detail::span_text(addr, bytes) +
@@ -359,7 +360,7 @@ void oracle::handed_out(const void* p, std::size_t bytes, std::optional<stream_r
                     (user.host ? " (the host did not synchronise)"
                                : u.graph != 0 ? " (a graph's memory is its own until then)"
                                               : " (no wait on an event covering the free, and that work is not complete)");
-        found.push_back(h);
+        found.push_back(std::move(h));
         break;
       }
     }

@@ -372,8 +372,7 @@ void vmm_ops::unmap(void* va, std::size_t bytes) noexcept {
       const std::lock_guard dev_lock{dev.mutex};
       machine_->charge(dev, driver_call::unmap, machine_->costs.unmap_us);
       // cuMemUnmap synchronises the device: the host waits for all of its work.
-      for (const auto& st : dev.streams) dev.now_ns = std::max(dev.now_ns, st.tail_ns);
-      dev.now_ns = std::max(dev.now_ns, dev.dead_tail_ns);
+      dev.wait_for_all_work();
     }
   } catch (const std::exception& e) {
     problem = e.what();

@@ -324,7 +324,9 @@ TEST_CASE("judge: capture modes decide which calls a capture prohibits", "[judge
   SECTION("a capture begun in relaxed mode prohibits nothing") {
     m.begin_capture(s, mgm::capture_mode::relaxed);
     a.deallocate(a.allocate(KiB), KiB);
-    REQUIRE_NOTHROW(ops.query(ops.create_event(device_id{1})));
+    const auto e = ops.create_event(device_id{1});
+    REQUIRE_NOTHROW(ops.query(e));
+    ops.destroy_event(e);
     m.destroy(m.end_capture(s));
   }
   REQUIRE_FALSE(ops.is_capturing(s));
@@ -437,8 +439,11 @@ TEST_CASE("judge: host memory is judged too", "[judge]") {
   auto host = m.host_allocator();
   mgm::sim::judged judged{m, host};
   void* p = judged.allocate(MiB);
+  REQUIRE(m.oracle().tracked_ranges() == 1);  // tracked, although no device owns it
   judged.deallocate(p, MiB);
+  REQUIRE(m.oracle().tracked_ranges() == 0);  // no work used it: safe at once
   void* q = judged.allocate_async(MiB, 256, m.default_stream(device_id{0}));
+  REQUIRE(m.oracle().tracked_ranges() == 1);
   judged.deallocate_async(q, MiB, 256, m.default_stream(device_id{0}));
   REQUIRE(m.hazards().empty());
 }
