@@ -13,6 +13,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 namespace mgm {
@@ -53,6 +54,8 @@ concept stream_allocator =
 /// | `destroy_event(e)`        | `noexcept`                                                       |
 /// | `is_capturing(st)`        | a CUDA graph capture is under way on `st`: no event queries, no  |
 /// |                           | upstream calls may be made for it                                |
+/// | `capture_id(st)`          | the id of the capture under way on `st` (unique in the process), |
+/// |                           | or 0; the legacy default stream (`stream_ref{}`) never captures  |
 /// | `exchange_capture_mode(m)`| sets the calling thread's capture mode, returns the previous one |
 /// |                           | (`cudaThreadExchangeStreamCaptureMode`; see `capture_mode`)      |
 template <class S>
@@ -66,6 +69,7 @@ concept stream_ops = std::copyable<S> && requires(S& s, stream_ref st, typename 
   s.synchronize(e);
   { s.destroy_event(e) } noexcept;
   { s.is_capturing(st) } -> std::same_as<bool>;
+  { s.capture_id(st) } -> std::same_as<std::uint64_t>;
   { s.exchange_capture_mode(mode) } -> std::same_as<capture_mode>;
 };
 

@@ -161,7 +161,10 @@ std::string describe_pool_oom(const oom_info& i) {
                     " is cached but idle (largest free block " + format_bytes(i.largest_free_bytes) + ")";
   msg += i.device_free_bytes ? "; the device has " + format_bytes(*i.device_free_bytes) + " free."
                              : "; the device's free memory is unknown.";
-  if (i.idle_cached_bytes >= i.requested_bytes && i.largest_free_bytes < i.requested_bytes) {
+  if (i.capturing) {
+    msg += " The request came from a stream capturing a CUDA graph: during a capture the pool gives "
+           "nothing back to retry (that would synchronise the device); free memory before capturing.";
+  } else if (i.idle_cached_bytes >= i.requested_bytes && i.largest_free_bytes < i.requested_bytes) {
     const std::size_t mib = std::max<std::size_t>(1, (i.requested_bytes / 2) >> 20);
     msg += " The cached memory would suffice but is fragmented: set max_split_bytes (for example "
            "MGM_ALLOC_CONF=max_split_size_mb:" +

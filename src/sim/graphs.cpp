@@ -114,6 +114,8 @@ void machine::launch(graph g, stream_ref s) {
   std::vector<std::pair<std::uintptr_t, std::size_t>> captured;
   detail::stream_id dead = 0;
   detail::stream_id launch_stream = 0;
+  detail::vector_clock launch_clock;
+  std::int64_t now_ns = 0;
   {
     const std::lock_guard capture_lock{state_->capture_mutex};
     MGM_EXPECTS(g.id >= 1 && g.id <= state_->graphs.size(), "launch: unknown graph");
@@ -136,6 +138,8 @@ void machine::launch(graph g, stream_ref s) {
     gs.launched = true;
     detail::advance_to(gs.launches, id, st.tail_ns);  // every stream it ran on, until its last run there
     captured = gs.ranges;
+    launch_clock = st.clock;
+    now_ns = dev.now_ns;
   }
   if (dead != 0) state_->report_dead_stream(d, dead, "cudaGraphLaunch");
   if (!state_->judge_on()) return;
@@ -143,6 +147,28 @@ void machine::launch(graph g, stream_ref s) {
   std::vector<hazard> found;
   {
     const std::lock_guard lock{state_->oracle_mutex};
+    // Graphs that share memory with this one (a shared private pool): their launches must have
+    // ended, or be ordered before this one.
+    for (const auto& [a, b] : state_->graph_sharing) {
+      if (a != g.id && b != g.id) continue;
+      const std::uint64_t partner = a == g.id ? b : a;
+      const std::lock_guard capture_lock{state_->capture_mutex};
+      for (const auto& [s2, until] : state_->graphs[partner - 1].launches) {
+        if (s2 == launch_stream || until <= now_ns || detail::known(launch_clock, s2) >= until) continue;
+        hazard h;
+        h.kind = hazard_kind::graph_replay;
+        h.device = d;
+        h.earlier_user = "graph " + std::to_string(partner);
+        h.new_user = "graph " + std::to_string(g.id);
+        h.earlier_until = std::chrono::nanoseconds{until};
+        h.message = "graph " + std::to_string(g.id) + " launched on " + state_->describe_stream(launch_stream) +
+                    " while graph " + std::to_string(partner) + ", which shares its memory (one capture pool), runs on " +
+                    state_->describe_stream(s2) + " until t=" + std::to_string(until) +
+                    " ns: graphs that share a pool must be launched one after another";
+        state_->report_locked(h);
+        found.push_back(std::move(h));
+      }
+    }
     for (const auto& [addr, bytes] : captured) {
       auto it = state_->ranges.upper_bound(addr);
       if (it != state_->ranges.begin()) --it;

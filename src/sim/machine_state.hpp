@@ -231,6 +231,8 @@ class machine_state {
   std::map<std::uintptr_t, tracked_range> ranges;  // by first byte; no two overlap
   std::uintptr_t prune_cursor{0};
   std::vector<hazard> found;
+  // Graphs whose captures shared memory (a shared private pool): their launches must not overlap.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> graph_sharing;
 
   [[nodiscard]] bool judge_on() const noexcept { return judging.load(std::memory_order_relaxed) != oracle_mode::off; }
   // Lists `h`; throws it when enforcing and `may_throw`. Takes oracle_mutex: never call with it held.

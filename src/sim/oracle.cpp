@@ -317,6 +317,7 @@ void oracle::handed_out(const void* p, std::size_t bytes, std::optional<stream_r
   }
 
   std::vector<hazard> found;
+  std::vector<detail::range_use> shared;  // claims of live graphs that share the range with this capture
   const bool enforce = m.judging.load(std::memory_order_relaxed) == oracle_mode::enforce;
   {
     const std::lock_guard lock{m.oracle_mutex};
@@ -349,6 +350,16 @@ void oracle::handed_out(const void* p, std::size_t bytes, std::optional<stream_r
       }
       for (const detail::range_use& u : r.uses) {
         std::int64_t until = 0;
+        if (u.graph != 0 && user.graph != 0 && u.graph != user.graph && detail::effective(m, u).graph_alive) {
+          // Another capture takes memory a live graph owns: a private pool shared by captures
+          // whose graphs replay in turn. The graph keeps its claim; their launches must not overlap.
+          shared.push_back(u);
+          const std::pair<std::uint64_t, std::uint64_t> pair{std::min(u.graph, user.graph), std::max(u.graph, user.graph)};
+          if (std::find(m.graph_sharing.begin(), m.graph_sharing.end(), pair) == m.graph_sharing.end()) {
+            m.graph_sharing.emplace_back(pair);
+          }
+          continue;
+        }
         if (detail::ended_for(m, u, user, until)) continue;
         hazard h = start_hazard(hazard_kind::reuse,
                                 u.graph != 0 ? "graph " + std::to_string(u.graph) : m.describe_stream(u.stream));
@@ -390,6 +401,7 @@ void oracle::handed_out(const void* p, std::size_t bytes, std::optional<stream_r
       live.live = true;
       live.holder = user;
       live.holder.clock.clear();  // not needed after the check
+      live.uses = std::move(shared);  // carried to the free
       m.ranges.emplace(addr, std::move(live));
       if (user.graph != 0) {
         const std::lock_guard capture_lock{m.capture_mutex};
@@ -449,6 +461,7 @@ void oracle::freed(const void* p, std::optional<stream_ref> stream, std::optiona
       m.graphs[by.graph - 1].ranges.emplace_back(addr, r.bytes);
     }
     for (const detail::stream_id s : r.extra) add_stream(s);
+    for (const detail::range_use& u : r.uses) uses.push_back(u);  // live graphs sharing the range
     r.live = false;
     r.holder = {};
     r.extra.clear();

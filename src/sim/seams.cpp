@@ -140,13 +140,18 @@ void stream_ops::destroy_event(event e) noexcept {
   }
 }
 
-bool stream_ops::is_capturing(stream_ref s) {
-  if (s.get() == nullptr) return false;  // the legacy default stream is never captured
+bool stream_ops::is_capturing(stream_ref s) { return capture_id(s) != 0; }
+
+std::uint64_t stream_ops::capture_id(stream_ref s) {
+  if (s.get() == nullptr) return 0;  // the legacy default stream is never captured
+  // No capture anywhere (the common case): no lock. A capture begun by another thread races
+  // with this call exactly as cudaStreamGetCaptureInfo does.
+  if (machine_->active_captures.load(std::memory_order_acquire) == 0) return 0;
   const auto key = machine_->decode_strict(s);
   auto& dev = machine_->device(device_id{static_cast<int>(key.device)});
   const std::lock_guard lock{dev.mutex};
   MGM_EXPECTS(key.index < dev.streams.size(), "unknown simulated stream");
-  return dev.streams[key.index].graph != 0;
+  return dev.streams[key.index].graph;
 }
 
 capture_mode stream_ops::exchange_capture_mode(capture_mode mode) noexcept {

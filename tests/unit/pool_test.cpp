@@ -256,7 +256,8 @@ TEST_CASE("pool: record_stream holds a block until the other stream's work is do
   REQUIRE(s.pool->statistics().active_bytes.current == 0);
 }
 
-TEST_CASE("pool: during graph capture, no event query and no upstream call", "[pool][capture]") {
+TEST_CASE("pool: during graph capture, a private pool, no event query, segments under the relaxed mode",
+          "[pool][capture]") {
   sim_setup s;
   const device_id d{0};
   const auto st = s.m.create_stream(d);
@@ -267,18 +268,61 @@ TEST_CASE("pool: during graph capture, no event query and no upstream call", "[p
   s.pool.deallocate_async(elsewhere, 4 * MiB, 256, other);
   const auto mallocs = s.m.modelled(d).count(mgm::sim::driver_call::malloc);
 
-  s.m.begin_capture(st);
-  void* p = s.pool.allocate_async(256 * KiB, 256, st);  // from the pool's own blocks
-  REQUIRE(p == warm);
-  // The sim fails any event query or cudaMalloc on a capturing device: the pool makes none.
-  REQUIRE_THROWS_WITH(s.pool.allocate_async(4 * MiB, 256, st), Catch::Contains("capturing a CUDA graph"));
-  REQUIRE_THROWS_AS(s.pool.allocate_async(64 * MiB, 256, st), mgm::bad_alloc);
-  REQUIRE(s.m.modelled(d).count(mgm::sim::driver_call::malloc) == mallocs);
+  s.m.begin_capture(st);  // global mode: a cudaMalloc or an event query would invalidate it
+  void* p = s.pool.allocate_async(256 * KiB, 256, st);
+  REQUIRE(p != warm);  // the capture's own memory, not the shared cache's
+  void* q = s.pool.allocate_async(4 * MiB, 256, st);
+  REQUIRE(q != elsewhere);  // and no event on `other` to take its block
+  REQUIRE(s.m.modelled(d).count(mgm::sim::driver_call::malloc) == mallocs + 2);
   s.pool.deallocate_async(p, 256 * KiB, 256, st);
-  s.m.end_capture(st);
+  s.pool.deallocate_async(q, 4 * MiB, 256, st);
+  const mgm::capture_pool_id id = s.pool->capture_pool_of(st);
+  const auto graph = s.m.end_capture(st);  // throws if the capture was invalidated
   void* after = s.pool.allocate_async(4 * MiB, 256, st);  // now it may take other's block
   REQUIRE(after == elsewhere);
   s.pool.deallocate_async(after, 4 * MiB, 256, st);
+  s.m.destroy(graph);
+  s.pool->release_capture_pool(id);
+  s.pool->check_invariants();
+}
+
+TEST_CASE("pool: captures share a named private pool", "[pool][capture]") {
+  sim_setup s;
+  const device_id d{0};
+  const auto st = s.m.create_stream(d);
+  const auto shared = mgm::capture_pool_id::make();
+  REQUIRE_THROWS_AS(s.pool->begin_capture_pool(st, shared), mgm::logic_error);  // not capturing
+  s.m.begin_capture(st);
+  s.pool->begin_capture_pool(st, shared);
+  REQUIRE_THROWS_AS(s.pool->begin_capture_pool(st, shared), mgm::logic_error);  // bound already
+  REQUIRE(s.pool->capture_pool_of(st) == shared);
+  void* a = s.pool.allocate_async(MiB, 256, st);
+  s.pool.deallocate_async(a, MiB, 256, st);
+  const auto first = s.m.end_capture(st);
+  s.m.begin_capture(st);
+  s.pool->begin_capture_pool(st, shared);
+  void* b = s.pool.allocate_async(MiB, 256, st);  // the first graph's memory: they replay in turn
+  REQUIRE(b == a);
+  s.pool.deallocate_async(b, MiB, 256, st);
+  const auto second = s.m.end_capture(st);
+  s.m.enqueue(st, 1ms);
+  s.m.launch(first, st);
+  s.m.launch(second, st);  // in turn, on one stream: they may share memory
+  const auto elsewhere = s.m.create_stream(d);
+  s.m.launch(first, st);
+  REQUIRE(s.m.hazards().empty());
+  REQUIRE_THROWS_AS(s.m.launch(second, elsewhere), mgm::sim::stream_hazard);  // at the same time: caught
+  REQUIRE(s.m.hazards().at(0).kind == mgm::sim::hazard_kind::graph_replay);
+  s.m.clear_hazards();
+  s.m.destroy(first);
+  s.m.destroy(second);
+  s.m.synchronize(d);
+  s.pool->release_capture_pool(shared);
+  REQUIRE(s.pool->reserved_bytes() != 0);  // one capture still uses it
+  s.pool->release_capture_pool(shared);
+  REQUIRE(s.pool->reserved_bytes() == 0);  // its segment went back
+  REQUIRE_THROWS_AS(s.pool->release_capture_pool(shared), mgm::logic_error);
+  s.pool->check_invariants();
 }
 
 TEST_CASE("pool: out of memory releases idle segments and retries", "[pool][oom]") {

@@ -44,6 +44,13 @@ class cuda_stream_ops {
     MGM_CUDA_TRY(cudaStreamIsCapturing(s.get(), &status));
     return status != cudaStreamCaptureStatusNone;
   }
+  [[nodiscard]] std::uint64_t capture_id(stream_ref s) const {
+    if (s.get() == nullptr) return 0;  // the legacy stream is never captured: no call
+    cudaStreamCaptureStatus status{cudaStreamCaptureStatusNone};
+    unsigned long long id = 0;
+    MGM_CUDA_TRY(cudaStreamGetCaptureInfo(s.get(), &status, &id));
+    return status != cudaStreamCaptureStatusNone ? static_cast<std::uint64_t>(id) : 0;
+  }
   capture_mode exchange_capture_mode(capture_mode mode) const {
     auto m = static_cast<cudaStreamCaptureMode>(mode);
     MGM_CUDA_TRY(cudaThreadExchangeStreamCaptureMode(&m));

@@ -45,7 +45,10 @@ class judged : public mgm::detail::ref_platform<A> {
     void* p = a_->allocate(bytes, alignment);
     if (p != nullptr && oracle_.enabled()) {
       try {
-        oracle_.handed_out(p, bytes, std::nullopt, device());
+        // Device memory: in the legacy default stream's order, as RMM's synchronous allocate (the
+        // host reaches device memory only through that stream); host memory: to the host at once.
+        const std::optional<device_id> d = device();
+        oracle_.handed_out(p, bytes, d ? std::optional<stream_ref>{stream_ref{}} : std::nullopt, d);
       } catch (...) {
         a_->deallocate(p, bytes, alignment);
         throw;

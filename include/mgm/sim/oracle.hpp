@@ -39,8 +39,9 @@ enum class oracle_mode : unsigned char {
 ///   order is enough;
 /// - another stream: it waited (directly or through other streams) on an event recorded on the
 ///   earlier stream after the free, or the earlier work is complete (`now >= until`);
-/// - the host (a synchronous `allocate`): the earlier work is complete.
-/// A synchronous `deallocate` ends a use on the device's default stream.
+/// - the host (a synchronous `allocate` of host memory): the earlier work is complete.
+/// A synchronous `allocate` or `deallocate` of device memory is a use in the device's default
+/// stream's order (`sim::judged` reports it so).
 ///
 /// State is kept only for ranges that are live or not yet safe: a freed range whose uses have
 /// all ended is dropped at once, and every call examines two more of the kept ones.

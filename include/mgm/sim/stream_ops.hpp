@@ -48,6 +48,9 @@ class stream_ops {
   void synchronize(event e);
   void destroy_event(event e) noexcept;
   [[nodiscard]] bool is_capturing(stream_ref s);
+  /// @brief The graph `s` is capturing into now (its id, as `machine::end_capture` will return
+  /// it), or 0. Without a capture anywhere on the machine it takes no lock.
+  [[nodiscard]] std::uint64_t capture_id(stream_ref s);
   /// @brief The calling thread's capture mode becomes `mode`; returns the previous one (per
   /// thread, for every machine, as CUDA's is per thread for the process).
   capture_mode exchange_capture_mode(capture_mode mode) noexcept;

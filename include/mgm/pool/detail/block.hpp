@@ -14,9 +14,13 @@ struct stream_slot;
 
 enum class block_state : std::uint8_t { free, allocated, pending };
 
-/// One block of a segment: 64 bytes, one cache line. Free blocks sit in a TLSF class list
-/// (`link`); allocated ones in a chain of the pointer map (`hash_next`).
-struct alignas(64) block {
+/// One block of a segment. Free blocks sit in a TLSF class list (`link`); allocated ones in a
+/// chain of the pointer map (`hash_next`). Every field has one meaning.
+///
+/// Invariants: `prev`/`next` link address neighbours of one segment (`prev->addr + prev->size ==
+/// addr`); a free block is in exactly one index, that of `owner` (its unmapped index when
+/// `unmapped()`); an allocated block is in the pointer map; a pending one in neither.
+struct block {
   std::uintptr_t addr{0};
   std::size_t size{0};
   block* prev{nullptr};  ///< address neighbour below, in the same segment (nullptr: segment start)
@@ -27,14 +31,16 @@ struct alignas(64) block {
       block* next_free;
     } link;  ///< state free: the TLSF class list
     struct {
-      block* hash_next;
+      block* hash_next;  ///< allocated: the pointer map's chain; pending: the stuck list
       const char* tag;
     } used;  ///< state allocated or pending
   } u{};
-  stream_slot* owner{nullptr};  ///< the stream whose cache holds it, or that allocated it
-  std::uint32_t aux{0};         ///< free: the owner's free epoch when freed; allocated: size - requested
+  stream_slot* owner{nullptr};   ///< the stream whose cache holds it, or that allocated it
+  std::uint64_t free_epoch{0};   ///< the owner's free count when it was last freed into its cache
+  std::size_t slack{0};          ///< state allocated: size - the bytes requested
+  std::uint32_t idle_pos{0};     ///< an idle plain segment: its place in the idle index + 1 (0: not there)
   block_state state{block_state::free};
-  std::uint8_t small{0};        ///< from a small segment
+  std::uint8_t small{0};          ///< from a small segment
   std::uint8_t extra_streams{0};  ///< used on other streams too (record_stream)
   std::uint8_t vm{0};             ///< bit 0: in an expandable segment; bit 1: no memory mapped behind it
 
@@ -43,13 +49,18 @@ struct alignas(64) block {
   [[nodiscard]] bool unmapped() const noexcept { return (vm & 2U) != 0; }
   void set_unmapped(bool value) noexcept { vm = static_cast<std::uint8_t>(value ? (vm | 2U) : (vm & ~2U)); }
 };
-static_assert(sizeof(block) == 64, "a block record is one cache line");
+static_assert(sizeof(block) <= 80, "a block record stays small: 80 bytes, from slabs");
 
 /// Block records from slabs, recycled through a free list: no allocation in steady state.
 class block_arena {
  public:
+  /// Makes sure that `n` more records can be made without allocating.
+  void reserve(std::size_t n) {
+    while (spare_ < n) grow();
+  }
   block* make() {
     if (free_ == nullptr) grow();
+    --spare_;
     block* b = free_;
     free_ = b->next;
     *b = block{};
@@ -57,6 +68,7 @@ class block_arena {
     return b;
   }
   void recycle(block* b) noexcept {
+    ++spare_;
     b->next = free_;
     free_ = b;
     --live_;
@@ -72,10 +84,12 @@ class block_arena {
       slab[i].next = free_;
       free_ = &slab[i];
     }
+    spare_ += n;
   }
   std::vector<std::unique_ptr<block[]>> slabs_;
   block* free_{nullptr};
   std::size_t live_{0};
+  std::size_t spare_{0};
 };
 
 /// Allocated blocks by address: a power-of-two bucket array chained through the records
@@ -85,8 +99,12 @@ class block_map {
  public:
   block_map() : buckets_(1024, nullptr), shift_(64 - 10) {}
 
-  void insert(block* b) {
-    if (++count_ > buckets_.size()) grow();
+  /// Makes room for one more block, so that the next `insert` cannot fail.
+  void reserve_one() {
+    if (count_ + 1 > buckets_.size()) grow();
+  }
+  void insert(block* b) noexcept {  // after reserve_one()
+    ++count_;
     block*& head = buckets_[slot(b->addr)];
     b->u.used.hash_next = head;
     head = b;

@@ -1,0 +1,159 @@
+/// @file
+/// @brief The caching pool's blocks and their byte counts: records, the pointer map, merging, the
+/// idle index, and the statistics they drive.
+///
+/// ## Invariants (checked by `caching_pool::check_invariants`)
+/// - `reserved == Σ mapped segment bytes == Σ mapped block sizes`
+/// - `reserved == allocated + pending + Σ free block sizes` (free: in a slot's mapped index)
+/// - `idle == Σ sizes of free blocks that are a whole segment`
+/// - the idle index holds exactly the free whole *plain* segments of the shared cache
+/// - no two free mapped address neighbours have the same owner (they would have merged)
+/// - the pointer map holds exactly the allocated blocks
+#pragma once
+
+#include <mgm/pool/detail/block.hpp>
+#include <mgm/pool/detail/stream_cache.hpp>
+#include <mgm/pool/pool_options.hpp>
+#include <mgm/pool/pool_statistics.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace mgm::detail {
+
+template <bool Statistics>
+class block_space {
+ public:
+  explicit block_space(pool_options options) : options_{std::move(options)} {}
+
+  block_arena arena;
+  block_map map;
+  pool_statistics stats;
+  std::size_t reserved{0};       ///< mapped bytes of every segment
+  std::size_t idle{0};           ///< free blocks that are a whole segment
+  std::size_t pending{0};        ///< freed blocks waiting on events (record_stream, captures)
+
+  [[nodiscard]] const pool_options& options() const noexcept { return options_; }
+
+  /// Puts a free block into its owner's index, merged with free neighbours of the same owner.
+  /// Inlined: it is half of every free and of every split on the hit path.
+  MGM_HOT_INLINE block* insert_free(block* b) noexcept {
+    b->state = block_state::free;
+    tlsf_index& index = b->owner->index(b->small != 0);
+    if (block* p = b->prev; p != nullptr && p->state == block_state::free && p->owner == b->owner && !p->unmapped()) {
+      index.remove(p);
+      p->size += b->size;
+      p->next = b->next;
+      if (b->next != nullptr) b->next->prev = p;
+      p->free_epoch = b->free_epoch;  // the later free: an event covering it covers both
+      arena.recycle(b);
+      b = p;
+    }
+    if (block* n = b->next; n != nullptr && n->state == block_state::free && n->owner == b->owner && !n->unmapped()) {
+      index.remove(n);
+      b->size += n->size;
+      b->next = n->next;
+      if (n->next != nullptr) n->next->prev = b;
+      arena.recycle(n);
+    }
+    if (b->whole_segment()) [[unlikely]] become_idle(b);
+    index.insert(b);
+    return b;
+  }
+
+  /// Takes a free block out of its owner's index (and the idle figures).
+  MGM_HOT_INLINE void take_free(block* b) noexcept {
+    b->owner->index(b->small != 0).remove(b);
+    if (b->whole_segment()) [[unlikely]] leave_idle(b);
+  }
+
+  /// Puts a range without memory behind it into its owner's unmapped index, merged with unmapped
+  /// neighbours.
+  void insert_unmapped(block* b) noexcept {
+    b->state = block_state::free;
+    b->set_unmapped(true);
+    tlsf_index& index = b->owner->unmapped_index(b->small != 0);
+    if (block* p = b->prev; p != nullptr && p->state == block_state::free && p->unmapped()) {
+      index.remove(p);
+      p->size += b->size;
+      p->next = b->next;
+      if (b->next != nullptr) b->next->prev = p;
+      arena.recycle(b);
+      b = p;
+    }
+    if (block* n = b->next; n != nullptr && n->state == block_state::free && n->unmapped()) {
+      index.remove(n);
+      b->size += n->size;
+      b->next = n->next;
+      if (n->next != nullptr) n->next->prev = b;
+      arena.recycle(n);
+    }
+    index.insert(b);
+  }
+
+  /// Splits `b` at `offset`; returns the upper part (same state and flags, not in any index).
+  block* split_off(block* b, std::size_t offset) noexcept {  // after arena.reserve(1)
+    block* r = arena.make();
+    r->addr = b->addr + offset;
+    r->size = b->size - offset;
+    r->prev = b;
+    r->next = b->next;
+    if (b->next != nullptr) b->next->prev = r;
+    b->next = r;
+    r->small = b->small;
+    r->vm = b->vm;
+    r->owner = b->owner;
+    r->free_epoch = b->free_epoch;
+    r->state = b->state;
+    b->size = offset;
+    return r;
+  }
+
+  /// Out of every index while the lock is released (growing, unmapping): no free-list links, no tag.
+  static void mark_busy(block* b) noexcept {
+    b->state = block_state::pending;
+    b->u.used.hash_next = nullptr;
+    b->u.used.tag = nullptr;
+  }
+
+  // ---- the idle index: whole free plain segments of the shared cache, for release ----
+
+  /// Room for one more segment in the idle index, so that `become_idle` never allocates.
+  void reserve_idle(std::size_t segments) { idle_segments_.reserve(segments); }
+  [[nodiscard]] const std::vector<block*>& idle_segments() const noexcept { return idle_segments_; }
+
+  /// `inactive_split = free - idle`, folded into the statistic after each call that moves it.
+  void note_inactive_split(std::size_t allocated) noexcept {
+    if constexpr (Statistics) {
+      const auto now = static_cast<std::int64_t>(reserved - allocated - pending - idle);
+      stat& s = stats.inactive_split_bytes;
+      if (now > s.current) s.add(now - s.current);
+      else s.sub(s.current - now);
+    }
+  }
+
+ private:
+  void become_idle(block* b) noexcept {
+    idle += b->size;
+    if (!b->expandable() && b->owner->capture_pool == 0) {
+      idle_segments_.push_back(b);  // capacity reserved when the segment was made
+      b->idle_pos = static_cast<std::uint32_t>(idle_segments_.size());
+    }
+  }
+  void leave_idle(block* b) noexcept {
+    idle -= b->size;
+    if (b->idle_pos != 0) {
+      block* last = idle_segments_.back();
+      idle_segments_[b->idle_pos - 1] = last;
+      last->idle_pos = b->idle_pos;
+      idle_segments_.pop_back();
+      b->idle_pos = 0;
+    }
+  }
+
+  pool_options options_;
+  std::vector<block*> idle_segments_;
+};
+
+}  // namespace mgm::detail

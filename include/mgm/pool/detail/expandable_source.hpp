@@ -1,0 +1,423 @@
+/// @file
+/// @brief The caching pool's expandable segments: one reserved range per stream and size class,
+/// its 2 MiB granules mapped as blocks need them and unmapped again when idle.
+///
+/// ## Invariants
+/// - a range's blocks tile it; a block is mapped (`handles[g] != 0` for each of its granules) or
+///   unmapped (in its owner's unmapped index, no memory behind it), never partly
+/// - `reserved` counts mapped granules only
+/// - every mapped granule is readable by every device in `peers()` (the device first)
+/// - mapping and unmapping happen without the pool's lock; the blocks concerned are *busy*
+///   meanwhile (state pending, in no index) and nobody else touches them
+#pragma once
+
+#include <mgm/concepts.hpp>
+#include <mgm/detail/checks.hpp>
+#include <mgm/error.hpp>
+#include <mgm/log.hpp>
+#include <mgm/pool/detail/block_space.hpp>
+#include <mgm/pool/detail/nvtx.hpp>
+#include <mgm/pool/detail/stream_cache.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace mgm::detail {
+
+/// The upstream's virtual-memory seam, or a stand-in type when it has none.
+template <class U, bool = vmm_allocator<U>>
+struct vmm_of {
+  struct none {
+    using physical_handle = std::uint64_t;
+  };
+  using type = none;
+};
+template <class U>
+struct vmm_of<U, true> {
+  using type = typename U::vmm_ops_type;
+};
+
+template <class Upstream, bool Statistics>
+class expandable_source {
+ public:
+  using vmm_type = typename vmm_of<Upstream>::type;
+  using handle = typename vmm_type::physical_handle;
+
+  struct segment {
+    std::uintptr_t base{0};
+    std::size_t bytes{0};
+    stream_slot* owner{nullptr};
+    bool small{false};
+    block* head{nullptr};
+    std::vector<handle> handles;
+  };
+
+  /// Expandable segments are used when the options ask, the upstream has virtual memory and the
+  /// device supports it with a granule that is a power of two and a multiple of the rounding.
+  expandable_source(Upstream& upstream, device_id device, const pool_options& options)
+      : device_{device}, vmm_{make_vmm(upstream)} {
+    peers_.push_back(device);
+    if constexpr (vmm_allocator<Upstream>) {
+      if (options.expandable_segments && vmm_.supported(device)) {
+        granule_ = vmm_.granularity(device);
+        on_ = granule_ != 0 && (granule_ & (granule_ - 1)) == 0 && granule_ % options.round_bytes == 0;
+      }
+    }
+  }
+
+  [[nodiscard]] bool on() const noexcept { return on_; }
+  [[nodiscard]] const std::vector<std::unique_ptr<segment>>& segments() const noexcept { return segments_; }
+  [[nodiscard]] std::size_t granule() const noexcept { return granule_; }
+  [[nodiscard]] const std::vector<device_id>& peers() const noexcept { return peers_; }
+
+  /// Serves a miss from `slot`'s ranges: maps the granules the request needs (after a free
+  /// neighbour below, if any) without the lock, reserving a new range when none has room.
+  /// Returns the block out of every index, or nullptr when the device is out of memory (nothing
+  /// changed). When it throws, nothing changed either.
+  block* try_grow(std::unique_lock<std::mutex>& lock, Upstream& upstream, block_space<Statistics>& space,
+                  stream_slot& slot, std::size_t size, bool small) {
+    if constexpr (!vmm_allocator<Upstream>) {
+      (void)lock, (void)upstream, (void)space, (void)slot, (void)size, (void)small;
+      return nullptr;
+    } else {
+      tlsf_index& free_ranges = slot.unmapped_index(small);
+      block* u = free_ranges.find(size);
+      if (u == nullptr) u = free_ranges.scan(size);
+      if (u == nullptr) {
+        if (!reserve(lock, upstream, space, slot, size, small)) return nullptr;
+        return try_grow(lock, upstream, space, slot, size, small);
+      }
+      // Start from a free mapped neighbour below, so that growth extends it.
+      block* below = u->prev;
+      if (below != nullptr &&
+          !(below->state == block_state::free && !below->unmapped() && below->owner == &slot && below->size < size)) {
+        below = nullptr;  // (a free block below as large as the request was passed over on purpose)
+      }
+      const std::uintptr_t start = below != nullptr ? below->addr : u->addr;
+      std::size_t map_bytes = start + size - u->addr;
+      (void)round_up(map_bytes, granule_, map_bytes);
+      map_bytes = std::min(map_bytes, u->size);
+      space.arena.reserve(1);  // the split below: nothing may fail after mapping
+      segment& seg = segment_of(u);
+      const std::vector<device_id> readers = peers_;  // read under the lock
+      std::vector<handle> made;
+      made.reserve(map_bytes / granule_);
+      free_ranges.remove(u);
+      block_space<Statistics>::mark_busy(u);  // no one else touches it while unlocked
+      if (below != nullptr) {
+        space.take_free(below);
+        block_space<Statistics>::mark_busy(below);
+      }
+      const std::uintptr_t va = u->addr;
+      lock.unlock();
+      bool ok = true;
+      try {
+        for (std::size_t off = 0; off < map_bytes; off += granule_) {
+          const auto h = vmm_.create(device_, granule_);
+          made.push_back(h);
+          vmm_.map(reinterpret_cast<void*>(va + off), granule_, h);
+        }
+        vmm_.set_access(reinterpret_cast<void*>(va), map_bytes, readers);
+      } catch (const out_of_memory&) {
+        ok = false;
+      } catch (...) {
+        undo_map(va, made);
+        lock.lock();
+        restore(space, u, below, slot, small);
+        throw;
+      }
+      if (!ok) undo_map(va, made);
+      lock.lock();
+      if (!ok) {
+        restore(space, u, below, slot, small);
+        return nullptr;
+      }
+      try {  // a peer granted access while the lock was released: give it these granules too
+        if (peers_ != readers) vmm_.set_access(reinterpret_cast<void*>(va), map_bytes, peers_);
+      } catch (const std::exception& e) {
+        log(log_level::error, std::string{"caching_pool: a new peer could not be given access to new granules: "} + e.what());
+      }
+      const std::size_t first = (va - seg.base) / granule_;
+      for (std::size_t i = 0; i < made.size(); ++i) seg.handles[first + i] = made[i];
+      space.reserved += map_bytes;
+      if constexpr (Statistics) {
+        space.stats.reserved_bytes.add(static_cast<std::int64_t>(map_bytes));
+        space.stats.upstream_allocations += made.size();
+      }
+      if (map_bytes < u->size) space.insert_unmapped(space.split_off(u, map_bytes));
+      u->set_unmapped(false);
+      u->owner = &slot;
+      u->free_epoch = slot.next_epoch();  // new memory: no earlier event covers it
+      if (below != nullptr) space.insert_free(below);
+      block* b = space.insert_free(u);
+      space.take_free(b);
+      return b;
+    }
+  }
+
+  /// Gives `peer` access to every mapped granule, now and later.
+  void grant_access(device_id peer) {
+    if (std::find(peers_.begin(), peers_.end(), peer) != peers_.end()) return;
+    std::vector<device_id> next = peers_;
+    next.push_back(peer);
+    if constexpr (vmm_allocator<Upstream>) {
+      for (const auto& seg : segments_) {
+        for_each_mapped_run(*seg, [&](std::uintptr_t va, std::size_t bytes) {
+          vmm_.set_access(reinterpret_cast<void*>(va), bytes, next);
+        });
+      }
+    }
+    peers_ = std::move(next);
+  }
+
+  /// Unmaps every whole granule of every free mapped block, until `reserved <= keep`. A block's
+  /// stream may still use it: its event is waited for first (the release path may block the
+  /// host). Unmapping happens without the lock. Streams that capture are left alone.
+  template <class Ops>
+  std::size_t unmap_idle(std::unique_lock<std::mutex>& lock, block_space<Statistics>& space, stream_cache<Ops>& cache,
+                         Ops& ops, std::size_t keep) noexcept {
+    if constexpr (!vmm_allocator<Upstream>) {
+      (void)lock, (void)space, (void)cache, (void)ops, (void)keep;
+      return 0;
+    } else {
+      struct work {
+        block* b;
+        std::vector<handle> handles;
+      };
+      std::vector<work> todo;
+      std::size_t released = 0;
+      try {
+        for (auto& seg : segments_) {
+          merge_idle_runs(space, cache, ops, *seg);
+          for (block* b = seg->head; b != nullptr && space.reserved > keep; b = b->next) {
+            if (b->state != block_state::free || b->unmapped()) continue;
+            std::uintptr_t ga = b->addr;
+            (void)round_up(ga, granule_, ga);
+            std::uintptr_t gb = (b->addr + b->size) & ~(static_cast<std::uintptr_t>(granule_) - 1);
+            if (gb <= ga) continue;
+            std::size_t want = space.reserved - keep;
+            (void)round_up(want, granule_, want);
+            gb = std::min<std::uintptr_t>(gb, ga + want);
+            if (ops.is_capturing(stream_ref{b->owner->stream})) continue;
+            cache.wait_idle(*b->owner, b->free_epoch);  // the stream may still read this memory
+            space.arena.reserve(2);  // the records first: nothing may fail once b has left its index
+            work w{nullptr, {}};
+            w.handles.reserve((gb - ga) / granule_);
+            todo.reserve(todo.size() + 1);
+            space.take_free(b);
+            const std::uintptr_t end = b->addr + b->size;
+            block* low = nullptr;
+            block* mid = b;
+            block* tail = nullptr;
+            if (ga > b->addr) {
+              low = b;
+              mid = space.split_off(b, ga - b->addr);  // b keeps [addr, ga)
+            }
+            if (gb < end) tail = space.split_off(mid, gb - mid->addr);  // mid keeps [ga, gb)
+            block_space<Statistics>::mark_busy(mid);  // busy before the neighbours go back
+            mid->set_unmapped(true);
+            if (low != nullptr) space.insert_free(low);
+            if (tail != nullptr) space.insert_free(tail);
+            w.b = mid;
+            const std::size_t first = (mid->addr - seg->base) / granule_;
+            for (std::size_t g = 0; g < mid->size / granule_; ++g) {
+              w.handles.push_back(seg->handles[first + g]);
+              seg->handles[first + g] = 0;
+            }
+            space.reserved -= mid->size;
+            if constexpr (Statistics) {
+              space.stats.reserved_bytes.sub(static_cast<std::int64_t>(mid->size));
+              space.stats.upstream_frees += w.handles.size();
+            }
+            released += mid->size;
+            b = mid;
+            todo.push_back(std::move(w));
+          }
+        }
+      } catch (const std::exception& ex) {
+        log(log_level::warning, std::string{"caching_pool: could not unmap idle granules: "} + ex.what());
+      }
+      lock.unlock();
+      for (const auto& w : todo) {
+        for (std::size_t g = 0; g < w.handles.size(); ++g) {
+          vmm_.unmap(reinterpret_cast<void*>(w.b->addr + g * granule_), granule_);
+          vmm_.release(w.handles[g]);
+        }
+      }
+      lock.lock();
+      for (const auto& w : todo) {
+        w.b->owner = segment_of(w.b).owner;
+        space.insert_unmapped(w.b);
+      }
+      return released;
+    }
+  }
+
+  /// A forgotten stream's ranges and unmapped blocks go to `home`; ranges busy in another call
+  /// (the lock released) only change owner: that call puts them back in their owner's index.
+  void rehome(block_space<Statistics>& space, stream_slot* gone, stream_slot* home) noexcept {
+    for (auto& seg : segments_) {
+      if (seg->owner == gone) seg->owner = home;
+      for (block* b = seg->head; b != nullptr;) {
+        block* next = b->next;
+        if (b->owner == gone && b->state == block_state::free && b->unmapped()) {
+          gone->unmapped_index(b->small != 0).remove(b);
+          b->owner = home;
+          space.insert_unmapped(b);
+        } else if (b->owner == gone && b->state == block_state::pending) {
+          b->owner = home;
+        }
+        b = next;
+      }
+    }
+  }
+
+  /// Unmaps and unreserves everything (the pool's end).
+  void destroy() noexcept {
+    if constexpr (vmm_allocator<Upstream>) {
+      for (const auto& seg : segments_) {
+        for (std::size_t g = 0; g < seg->handles.size(); ++g) {
+          if (seg->handles[g] == 0) continue;
+          vmm_.unmap(reinterpret_cast<void*>(seg->base + g * granule_), granule_);
+          vmm_.release(seg->handles[g]);
+        }
+        nvtx::unregister_heap(reinterpret_cast<void*>(seg->base));
+        vmm_.unreserve(reinterpret_cast<void*>(seg->base), seg->bytes);
+      }
+    }
+    segments_.clear();
+  }
+
+ private:
+  static vmm_type make_vmm(const Upstream& u) {
+    if constexpr (vmm_allocator<Upstream>) {
+      return u.vmm_ops();
+    } else {
+      (void)u;
+      return {};
+    }
+  }
+
+  segment& segment_of(const block* b) {
+    for (auto& seg : segments_) {
+      if (b->addr >= seg->base && b->addr < seg->base + seg->bytes) return *seg;
+    }
+    MGM_FAIL("caching_pool: a block outside its expandable segments");
+  }
+
+  template <class Fn>
+  void for_each_mapped_run(const segment& seg, Fn&& fn) {
+    std::size_t g = 0;
+    while (g < seg.handles.size()) {
+      if (seg.handles[g] == 0) {
+        ++g;
+        continue;
+      }
+      const std::size_t first = g;
+      while (g < seg.handles.size() && seg.handles[g] != 0) ++g;
+      fn(seg.base + first * granule_, (g - first) * granule_);
+    }
+  }
+
+  void undo_map(std::uintptr_t va, const std::vector<handle>& made) noexcept {
+    if constexpr (vmm_allocator<Upstream>) {
+      for (std::size_t i = 0; i < made.size(); ++i) {
+        vmm_.unmap(reinterpret_cast<void*>(va + i * granule_), granule_);  // logs if it was not mapped
+        vmm_.release(made[i]);
+      }
+    }
+  }
+
+  static void restore(block_space<Statistics>& space, block* u, block* below, stream_slot& slot, bool small) noexcept {
+    u->state = block_state::free;
+    slot.unmapped_index(small).insert(u);
+    if (below != nullptr) space.insert_free(below);
+  }
+
+  /// A new reserved range for the stream and size class (the device's memory and an eighth, as
+  /// PyTorch reserves, or the request if larger). False when the address space is exhausted.
+  bool reserve(std::unique_lock<std::mutex>& lock, Upstream& upstream, block_space<Statistics>& space,
+               stream_slot& slot, std::size_t size, bool small) {
+    if constexpr (vmm_allocator<Upstream>) {
+      std::size_t bytes = upstream.total_bytes() / 8 * 9;
+      bytes = std::max(bytes, size);
+      (void)round_up(bytes, granule_, bytes);
+      auto seg = std::make_unique<segment>();  // the records first: nothing may fail after reserving
+      seg->handles.assign(bytes / granule_, 0);
+      space.arena.reserve(1);
+      segments_.reserve(segments_.size() + 1);
+      lock.unlock();
+      void* va = nullptr;
+      try {
+        va = vmm_.reserve(device_, bytes);
+      } catch (const out_of_memory&) {
+        lock.lock();
+        return false;
+      } catch (...) {
+        lock.lock();
+        throw;
+      }
+      lock.lock();
+      seg->base = reinterpret_cast<std::uintptr_t>(va);
+      seg->bytes = bytes;
+      seg->owner = &slot;
+      seg->small = small;
+      block* head = space.arena.make();
+      head->addr = seg->base;
+      head->size = bytes;
+      head->small = small ? 1 : 0;
+      head->vm = 1;
+      head->owner = &slot;
+      seg->head = head;
+      segments_.push_back(std::move(seg));
+      nvtx::register_heap(va, bytes);
+      if constexpr (Statistics) space.stats.segments.add(1);
+      space.insert_unmapped(head);
+    }
+    return true;
+  }
+
+  /// Free mapped neighbours cached by different streams cannot merge while in use; on release the
+  /// host waits for their streams, then merges them, so that the granules they share can go too.
+  template <class Ops>
+  void merge_idle_runs(block_space<Statistics>& space, stream_cache<Ops>& cache, Ops& ops, segment& seg) {
+    for (block* b = seg.head; b != nullptr; b = b->next) {
+      if (b->state != block_state::free || b->unmapped()) continue;
+      // Wait for every stream of the run first: nothing leaves its index before all waits succeed.
+      block* end = b;
+      while (block* n = end->next) {
+        if (n->state != block_state::free || n->unmapped()) break;
+        if (ops.is_capturing(stream_ref{end->owner->stream}) || ops.is_capturing(stream_ref{n->owner->stream})) break;
+        cache.wait_idle(*end->owner, end->free_epoch);
+        cache.wait_idle(*n->owner, n->free_epoch);
+        end = n;
+      }
+      if (b == end) continue;
+      space.take_free(b);
+      while (b != end) {
+        block* n = b->next;
+        space.take_free(n);
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next != nullptr) n->next->prev = b;
+        if (n == end) end = b;
+        space.arena.recycle(n);
+      }
+      b->free_epoch = b->owner->next_epoch();
+      b = space.insert_free(b);
+    }
+  }
+
+  device_id device_;
+  vmm_type vmm_;
+  bool on_{false};
+  std::size_t granule_{0};
+  std::vector<device_id> peers_;  // readers of every mapped granule: the device first
+  std::vector<std::unique_ptr<segment>> segments_;
+};
+
+}  // namespace mgm::detail

@@ -1,0 +1,262 @@
+/// @file
+/// @brief The caching pool's walks over all its parts: snapshots, the invariant check, the
+/// out-of-memory figures, stream retirement, private pools' release, and the end.
+///
+/// Each is a static member of `pool_inspect`, a friend of `caching_pool`, called with the pool's
+/// lock held (except `destroy`).
+#pragma once
+
+#include <mgm/error.hpp>
+#include <mgm/log.hpp>
+#include <mgm/pool/detail/block.hpp>
+#include <mgm/pool/detail/capture_pools.hpp>
+#include <mgm/pool/oom_info.hpp>
+#include <mgm/pool/pool_snapshot.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace mgm::detail {
+
+struct pool_inspect {
+  /// Every segment head: plain (shared and private) and expandable.
+  template <class Pool>
+  static std::vector<const block*> heads(const Pool& p) {
+    std::vector<const block*> out(p.plain_.heads().begin(), p.plain_.heads().end());
+    p.captures_.for_each([&](const private_pool& pp) { out.insert(out.end(), pp.segments.begin(), pp.segments.end()); });
+    for (const auto& e : p.expand_.segments()) out.push_back(e->head);
+    return out;
+  }
+
+  /// Every slot: shared, retired, private.
+  template <class Pool, class Fn>
+  static void for_each_slot(const Pool& p, Fn&& fn) {
+    p.cache_.slots().for_each(fn);
+    for (const auto& s : p.cache_.retired()) fn(*s);
+    p.captures_.for_each([&](const private_pool& pp) { pp.slots.for_each(fn); });
+  }
+
+  template <class Pool>
+  static pool_snapshot snapshot(const Pool& p) {
+    pool_snapshot snap;
+    snap.device = p.device_.value();
+    for (const block* head : heads(p)) {
+      segment_snapshot seg{head->addr, 0, head->small != 0, head->expandable(), {}};
+      for (const block* b = head; b != nullptr; b = b->next) {
+        block_snapshot bs;
+        bs.address = b->addr;
+        bs.size = b->size;
+        bs.state = b->unmapped()                          ? block_snapshot::state_type::unmapped
+                   : b->state == block_state::free        ? block_snapshot::state_type::free
+                   : b->state == block_state::allocated ? block_snapshot::state_type::allocated
+                                                          : block_snapshot::state_type::pending;
+        bs.requested = b->state == block_state::allocated ? b->size - b->slack : 0;
+        bs.stream = reinterpret_cast<std::uintptr_t>(b->owner != nullptr ? b->owner->stream : nullptr);
+        if (b->state != block_state::free && b->u.used.tag != nullptr) bs.tag = b->u.used.tag;
+        seg.size += b->size;
+        seg.blocks.push_back(std::move(bs));
+      }
+      snap.segments.push_back(std::move(seg));
+    }
+    std::sort(snap.segments.begin(), snap.segments.end(),
+              [](const segment_snapshot& a, const segment_snapshot& b) { return a.address < b.address; });
+    return snap;
+  }
+
+  template <class Pool>
+  static oom_info describe_oom(const Pool& p, std::size_t size) {
+    oom_info info;
+    info.device = p.device_;
+    info.requested_bytes = size;
+    info.max_split_bytes = p.space_.options().max_split_bytes;
+    std::size_t largest = 0;
+    std::size_t free_bytes = 0;
+    for_each_slot(p, [&](const stream_slot& slot) {
+      for (const tlsf_index* index : {&slot.small, &slot.large}) {
+        free_bytes += index->bytes();
+        if (const block* b = index->largest(); b != nullptr) largest = std::max(largest, b->size);
+      }
+    });
+    info.reserved_bytes = p.space_.reserved;
+    info.idle_cached_bytes = free_bytes + p.space_.pending;
+    info.allocated_bytes = p.space_.reserved - info.idle_cached_bytes;
+    info.largest_free_bytes = largest;
+    using U = typename Pool::upstream_type;
+    if constexpr (requires(const U& u) { { u.free_bytes() } -> std::convertible_to<std::size_t>; }) {
+      try {
+        info.device_free_bytes = p.upstream_.free_bytes();
+      } catch (...) {  // a figure for the message only
+      }
+    }
+    return info;
+  }
+
+  /// @throws mgm::logic_error naming the first broken invariant. Call it while no other call of
+  /// the pool is under way (a call that released the lock holds busy blocks).
+  template <class Pool>
+  static void check_invariants(const Pool& p) {
+    const auto fail = [](const std::string& what) { throw logic_error{"caching_pool invariant broken: " + what}; };
+    const auto& space = p.space_;
+    std::size_t mapped = 0, allocated = 0, free_bytes = 0, unmapped = 0, pending = 0, idle = 0;
+    std::size_t allocated_count = 0, idle_plain = 0;
+    for (const block* head : heads(p)) {
+      if (head->prev != nullptr) fail("a segment head has a neighbour below");
+      for (const block* b = head; b != nullptr; b = b->next) {
+        if (b->next != nullptr && (b->next->prev != b || b->addr + b->size != b->next->addr)) {
+          fail("address neighbours are not linked end to start");
+        }
+        if (b->owner == nullptr) fail("a block has no owning slot");
+        if (b->unmapped()) {
+          if (b->state != block_state::free) fail("an unmapped range is not free");
+          unmapped += b->size;
+          continue;
+        }
+        mapped += b->size;
+        if (b->state == block_state::allocated) {
+          allocated += b->size;
+          ++allocated_count;
+          if (space.map.find(b->addr) != b) fail("an allocated block is not in the block map");
+        } else if (b->state == block_state::pending) {
+          pending += b->size;
+        } else {
+          free_bytes += b->size;
+          if (b->whole_segment()) {
+            idle += b->size;
+            if (!b->expandable() && b->owner->capture_pool == 0) {
+              ++idle_plain;
+              const auto& list = space.idle_segments();
+              if (b->idle_pos == 0 || b->idle_pos > list.size() || list[b->idle_pos - 1] != b) {
+                fail("an idle plain segment is not in the idle index");
+              }
+            }
+          }
+          if (const block* n = b->next; n != nullptr && n->state == block_state::free && !n->unmapped() &&
+                                        n->owner == b->owner) {
+            fail("two free neighbours of the same stream did not merge");
+          }
+        }
+      }
+    }
+    std::size_t indexed = 0, indexed_unmapped = 0;
+    for_each_slot(p, [&](const stream_slot& slot) {
+      for (const tlsf_index* index : {&slot.small, &slot.large}) {
+        index->for_each([&](const block* b) {
+          if (b->state != block_state::free || b->unmapped() || b->owner != &slot) {
+            fail("a slot's index holds a block that is not its free mapped block");
+          }
+        });
+        indexed += index->bytes();
+      }
+      for (const tlsf_index* index : {&slot.unmapped_small, &slot.unmapped_large}) indexed_unmapped += index->bytes();
+    });
+    if (mapped != space.reserved) fail("reserved != the sum of mapped block sizes");
+    if (space.reserved != allocated + pending + free_bytes) fail("reserved != allocated + pending + free");
+    if (indexed != free_bytes) fail("the indices and the free blocks disagree");
+    if (indexed_unmapped != unmapped) fail("the unmapped indices and the unmapped ranges disagree");
+    if (pending != space.pending) fail("pending bytes != the sum of pending blocks");
+    if (idle != space.idle) fail("idle bytes != the sum of free whole segments");
+    if (idle_plain != space.idle_segments().size()) fail("the idle index holds blocks that are not idle segments");
+    if (allocated_count != space.map.size()) fail("the block map and the allocated blocks disagree");
+    if (static_cast<std::size_t>(space.stats.reserved_bytes.current) != space.reserved) {
+      fail("the reserved statistic != reserved");
+    }
+    if constexpr (Pool::statistics_enabled) {
+      if (static_cast<std::size_t>(space.stats.allocated_bytes.current) != allocated) {
+        fail("the allocated statistic != the sum of allocated blocks");
+      }
+    }
+  }
+
+  /// A block whose free could get no slot: pending for good (returned at the end), never reused early.
+  template <class Pool>
+  static void quarantine(Pool& p, block* b) noexcept {
+    make_pending(p, b);
+    b->u.used.hash_next = p.quarantine_;
+    p.quarantine_ = b;
+    log(log_level::error, "caching_pool: no memory for a freeing stream's cache; a block stays reserved");
+  }
+  template <class Pool>
+  static void make_pending(Pool& p, block* b) noexcept {
+    b->state = block_state::pending;
+    b->u.used.tag = nullptr;
+    p.space_.pending += b->size;
+  }
+
+  /// A private pool no capture uses any more: held blocks rejoin the shared cache, idle segments
+  /// go back to the upstream (a synchronous free: the device's work is done with them first).
+  template <class Pool>
+  static void release_private(Pool& p, std::unique_lock<std::mutex>& lock, private_pool& pool) noexcept {
+    for (block* b = std::exchange(pool.held, nullptr); b != nullptr;) {
+      block* next = b->u.used.hash_next;
+      p.space_.pending -= b->size;
+      if (b->extra_streams != 0) {
+        p.pending_.free_used(b, *b->owner, p.space_, p.cache_.events(), p.ops_, p.device_);
+      } else {
+        b->free_epoch = b->owner->next_epoch();
+        p.space_.insert_free(b);
+      }
+      b = next;
+    }
+    std::vector<block*> gone;
+    try {
+      gone.reserve(pool.segments.size());
+    } catch (...) {
+      return;  // tried again at the next free into the pool
+    }
+    std::erase_if(pool.segments, [&](block* head) {
+      if (!head->whole_segment() || head->state != block_state::free) return false;
+      p.space_.take_free(head);
+      Pool::plain_type::forget_segment(p.space_, head);
+      gone.push_back(head);
+      return true;
+    });
+    lock.unlock();
+    for (block* head : gone) {
+      nvtx::unregister_heap(reinterpret_cast<void*>(head->addr));
+      p.upstream_.deallocate(reinterpret_cast<void*>(head->addr), head->size, cuda_allocation_alignment);
+    }
+    lock.lock();
+    for (block* head : gone) p.space_.arena.recycle(head);
+    p.captures_.erase_if_empty(&pool);
+  }
+
+  template <class Pool>
+  static void forget_stream(Pool& p, stream_ref stream);
+
+  template <class Pool>
+  static void destroy(Pool& p) noexcept {
+    p.registration_.reset();  // first: the registry must not read a pool being torn down
+    const std::size_t leaked = p.space_.map.size();
+    p.pending_.drain(p.cache_.events(), p.ops_);
+    Pool::plain_type::give_back_all(p.upstream_, p.plain_.heads());
+    p.captures_.for_each([&](const private_pool& pp) { Pool::plain_type::give_back_all(p.upstream_, pp.segments); });
+    p.expand_.destroy();
+    p.cache_.events().destroy_all(p.ops_);
+    if (leaked != 0) {
+      try {
+        log(log_level::warning, "caching_pool on " + describe_device(p.device_) + ": destroyed with " +
+                                    std::to_string(leaked) + " blocks still allocated; their memory was freed");
+      } catch (...) {
+      }
+    }
+  }
+
+  static void report_invalid_free(device_id d, void* ptr, std::size_t bytes) noexcept {
+    try {
+      char addr[32];
+      std::snprintf(addr, sizeof addr, "%p", ptr);
+      log(log_level::error, "caching_pool on " + describe_device(d) + ": deallocate(" + addr + ", " +
+                                std::to_string(bytes) +
+                                ") of a pointer that is not a live allocation of this pool (never allocated here, "
+                                "or already freed); nothing was changed");
+    } catch (...) {
+    }
+  }
+};
+
+}  // namespace mgm::detail
+
+#include <mgm/pool/detail/stream_retirement.hpp>
