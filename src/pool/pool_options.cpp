@@ -51,14 +51,15 @@ pool_options pool_options::parse(std::string_view conf) {
       const std::size_t colon = item.find(':');
       if (colon == std::string_view::npos) fail(conf, column, "expected key:value");
       const std::string_view name = item.substr(0, colon);
-      if (name == "expandable_segments") {
+      if (name == "expandable_segments" || name == "check_invariants") {
         const std::string_view value = item.substr(colon + 1);
+        bool& flag = name == "expandable_segments" ? o.expandable_segments : o.check_invariants;
         if (value == "True" || value == "true" || value == "1") {
-          o.expandable_segments = true;
+          flag = true;
         } else if (value == "False" || value == "false" || value == "0") {
-          o.expandable_segments = false;
+          flag = false;
         } else {
-          fail(conf, column + colon + 1, "expandable_segments takes True or False");
+          fail(conf, column + colon + 1, std::string{name} + " takes True or False");
         }
         if (comma == conf.size()) break;
         start = comma + 1;
@@ -122,7 +123,10 @@ std::string pool_options::to_string() const {
     const std::size_t v = this->*(k.field);
     out += (out.empty() ? "" : ",") + std::string{k.name} + ":" + (v == unlimited ? "unlimited" : std::to_string(v));
   }
-  return out + ",expandable_segments:" + (expandable_segments ? "True" : "False");
+  out += ",expandable_segments:";
+  out += expandable_segments ? "True" : "False";
+  if (check_invariants) out += ",check_invariants:True";
+  return out;
 }
 
 }  // namespace mgm

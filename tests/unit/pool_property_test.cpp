@@ -128,6 +128,11 @@ std::string run_trace(std::uint64_t seed, int steps, bool expandable) {
     }
 
     if (const auto hazards = m.hazards(); !hazards.empty()) return fail(step, "judge: " + hazards.front().message);
+    try {
+      raw.check_invariants();
+    } catch (const mgm::logic_error& e) {
+      return fail(step, e.what());
+    }
     const auto st = pool->statistics();
     if (st.requested_bytes.current != static_cast<std::int64_t>(requested)) return fail(step, "requested bytes differ");
     if (st.allocations.current != static_cast<std::int64_t>(live.size())) return fail(step, "allocation count differs");

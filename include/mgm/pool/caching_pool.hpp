@@ -68,6 +68,7 @@
 #include <mgm/pool/detail/nvtx.hpp>
 #include <mgm/pool/detail/pending_frees.hpp>
 #include <mgm/pool/detail/pool_inspect.hpp>
+#include <mgm/pool/detail/pool_slow_paths.hpp>
 #include <mgm/pool/detail/segment_source.hpp>
 #include <mgm/pool/detail/stream_cache.hpp>
 #include <mgm/pool/oom_info.hpp>
@@ -132,11 +133,11 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
     mgm::detail::check_alignment(alignment, cuda_allocation_alignment, "caching_pool");
     if (bytes == 0) return nullptr;
-    if (bytes > max_request_) [[unlikely]] throw_too_large(bytes);
+    if (bytes > max_request_) [[unlikely]] detail::pool_inspect::throw_too_large(device_, bytes);
     const std::size_t size = (bytes + round_mask_) & ~round_mask_;
     const std::uint64_t capture = stream.get() == nullptr ? 0 : ops_.capture_id(stream);
     std::unique_lock lock{mutex_};
-    if (capture != 0) [[unlikely]] return allocate_captured(lock, size, bytes, stream, capture);
+    if (capture != 0) [[unlikely]] return detail::pool_slow_paths::allocate_captured(*this, lock, size, bytes, stream, capture);
     detail::stream_slot& slot = cache_.slots().slot_for(stream.get());
     if (!pending_.empty()) [[unlikely]] pending_.process(space_, cache_.events(), ops_, device_);
     const bool small = size <= space_.options().small_request_bytes;
@@ -145,20 +146,21 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       prepare(b, size);
       space_.take_free(b);
     } else {
-      b = allocate_slow(lock, slot, size, small, stream);
+      b = detail::pool_slow_paths::allocate_slow(*this, lock, slot, size, small, stream);
     }
-    return hand_out(b, slot, size, bytes);
+    void* p = hand_out(b, slot, size, bytes);
+    detail::pool_inspect::debug_check(*this);
+    return p;
   }
 
   void deallocate_async(void* p, std::size_t bytes, std::size_t /*alignment*/, stream_ref stream) noexcept {
     if (p == nullptr) return;
-    const std::uint64_t capture = stream.get() == nullptr ? 0 : capture_of(stream);
+    const std::uint64_t capture = stream.get() == nullptr ? 0 : detail::pool_slow_paths::capture_of(*this, stream);
     std::unique_lock lock{mutex_};
     detail::block* b = space_.map.take(reinterpret_cast<std::uintptr_t>(p));
     if (b == nullptr) [[unlikely]] {
       lock.unlock();
-      report_invalid_free(p, bytes);
-      return;
+      return detail::pool_inspect::report_invalid_free(device_, p, bytes);
     }
     detail::nvtx::unregister_region(p);
     if constexpr (Statistics) {
@@ -169,19 +171,20 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     detail::stream_slot* slot = b->owner;
     const std::size_t freed = b->size;
     if (stream.get() != slot->stream || (slot->capture_pool | capture | b->extra_streams) != 0) [[unlikely]] {
-      free_slow(lock, b, stream, capture);
+      detail::pool_slow_paths::free_slow(*this, lock, b, stream, capture);
     } else {
       b->free_epoch = slot->next_epoch();
       space_.insert_free(b);
     }
     if constexpr (Statistics) space_.note_inactive_split(static_cast<std::size_t>(space_.stats.allocated_bytes.current));
-    if (space_.reserved > trim_at_) [[unlikely]] trim_for_threshold(lock, freed);
+    if (space_.reserved > trim_at_) [[unlikely]] detail::pool_slow_paths::trim_for_threshold(*this, lock, freed);
+    detail::pool_inspect::debug_check(*this);
   }
 
   /// @brief `allocate_async` on the legacy default stream (see above: a host pool waits for it).
   [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = cuda_allocation_alignment) {
     void* p = allocate_async(bytes, alignment, stream_ref{});
-    if (device_.is_host() && p != nullptr) [[unlikely]] wait_for_host(p, bytes);
+    if (device_.is_host() && p != nullptr) [[unlikely]] detail::pool_slow_paths::wait_for_host(*this, p, bytes);
     return p;
   }
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = cuda_allocation_alignment) noexcept {
@@ -236,7 +239,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   std::size_t release(std::size_t bytes_to_keep = 0) {
     std::unique_lock lock{mutex_};
     pending_.process(space_, cache_.events(), ops_, device_);
-    return trim(lock, bytes_to_keep);
+    return detail::pool_slow_paths::trim(*this, lock, bytes_to_keep);
   }
 
   /// @brief Whether new memory comes from expandable segments (see `pool_options`).
@@ -320,6 +323,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
 
  private:
   friend struct detail::pool_inspect;
+  friend struct detail::pool_slow_paths;
   using space_type = detail::block_space<Statistics>;
   static constexpr std::size_t large_buffer_bytes = std::size_t{20} << 20;
   static constexpr std::size_t max_request_ = std::size_t{1} << 60;
@@ -384,157 +388,6 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     detail::nvtx::register_region(reinterpret_cast<void*>(b->addr), bytes);
     return reinterpret_cast<void*>(b->addr);
   }
-
-  detail::block* allocate_slow(std::unique_lock<std::mutex>& lock, detail::stream_slot& slot, std::size_t size,
-                               bool small, stream_ref stream) {
-    if (detail::block* b = slot.index(small).scan(size); b != nullptr && acceptable(b, size)) {
-      prepare(b, size);
-      space_.take_free(b);
-      return b;
-    }
-    const auto accept = [&](const detail::block* b) { return acceptable(b, size); };
-    if (detail::block* b = cache_.steal(space_, slot, size, small, stream, accept)) {
-      if constexpr (Statistics) ++space_.stats.stream_steals;
-      prepare_or_put_back(b, size);
-      return b;
-    }
-    // Small requests keep plain 2 MiB segments: released whole when idle, they fragment less
-    // than small blocks packed into a shared range whose granules they pin.
-    const bool grow = expand_.on() && size >= space_.options().large_direct_bytes;
-    detail::block* b = detail::with_oom_retries<Statistics>(
-        lock, space_.stats, handler_, size, false,
-        [&](bool minimal) {
-          if (grow) return expand_.try_grow(lock, upstream_, space_, slot, size, small);
-          const std::size_t seg = plain_type::segment_size(space_.options(), size, small, minimal);
-          return plain_.take(lock, upstream_, ops_, space_, plain_.heads(), slot, seg, small, stream, false);
-        },
-        [&] { reclaim(lock); }, [&] { return detail::pool_inspect::describe_oom(*this, size); });
-    if constexpr (Statistics) ++space_.stats.cache_misses;
-    prepare_or_put_back(b, size);
-    return b;
-  }
-
-  /// An allocation on a capturing stream: from its capture's private pool, with no event query;
-  /// a new segment is taken under the relaxed capture mode, with nothing given back to retry.
-  void* allocate_captured(std::unique_lock<std::mutex>& lock, std::size_t size, std::size_t bytes, stream_ref stream,
-                          std::uint64_t capture) {
-    detail::private_pool& pool = captures_.for_capture(capture);
-    detail::stream_slot& slot = pool.slots.slot_for(stream.get());
-    const bool small = size <= space_.options().small_request_bytes;
-    detail::block* b = slot.index(small).find(size);
-    if (b == nullptr || !acceptable(b, size)) b = slot.index(small).scan(size);
-    if (b != nullptr && acceptable(b, size)) {
-      prepare(b, size);
-      space_.take_free(b);
-    } else {
-      b = detail::with_oom_retries<Statistics>(
-          lock, space_.stats, handler_, size, true,
-          [&](bool) {
-            const std::size_t seg = plain_type::segment_size(space_.options(), size, small, false);
-            return plain_.take(lock, upstream_, ops_, space_, pool.segments, slot, seg, small, stream, true);
-          },
-          [] {}, [&] { return detail::pool_inspect::describe_oom(*this, size); });
-      if constexpr (Statistics) ++space_.stats.cache_misses;
-      prepare_or_put_back(b, size);
-    }
-    return hand_out(b, slot, size, bytes);
-  }
-
-  /// A free on another stream, of a block used on several streams, of a private pool's block, or
-  /// during a capture.
-  void free_slow(std::unique_lock<std::mutex>& lock, detail::block* b, stream_ref stream, std::uint64_t capture) noexcept {
-    detail::private_pool* pool = nullptr;
-    if (b->owner->capture_pool != 0) pool = captures_.find(b->owner->capture_pool);
-    if (capture != 0 && pool == nullptr) {  // the shared cache's block, freed inside a capture: held
-      detail::private_pool* holder = nullptr;
-      try {
-        holder = &captures_.for_capture(capture);
-      } catch (...) {
-      }
-      detail::stream_slot* home = cache_.slots().slot_for_free(stream.get());
-      if (home != nullptr) b->owner = home;
-      if (holder == nullptr || home == nullptr) return detail::pool_inspect::quarantine(*this, b);
-      detail::pool_inspect::make_pending(*this, b);
-      return holder->hold(b);
-    }
-    detail::slot_set& slots = pool != nullptr ? pool->slots : cache_.slots();
-    detail::stream_slot* slot = slots.slot_for_free(stream.get());
-    if (slot == nullptr) return detail::pool_inspect::quarantine(*this, b);  // never reused early
-    if (b->extra_streams != 0) return pending_.free_used(b, *slot, space_, cache_.events(), ops_, device_);
-    b->owner = slot;
-    b->free_epoch = slot->next_epoch();
-    b = space_.insert_free(b);
-    if (pool != nullptr && pool->released() && b->whole_segment()) detail::pool_inspect::release_private(*this, lock, *pool);
-  }
-
-  /// Gives back what this pool holds idle (the out-of-memory pipeline's second step).
-  void reclaim(std::unique_lock<std::mutex>& lock) {
-    pending_.process(space_, cache_.events(), ops_, device_);
-    trim(lock, 0);
-  }
-
-  /// Returns idle memory until `reserved <= keep`; unlocks for the upstream calls.
-  std::size_t trim(std::unique_lock<std::mutex>& lock, std::size_t keep) noexcept {
-    try {
-      cache_.unify(space_, plain_.heads());
-    } catch (const std::exception& e) {
-      log(log_level::warning, std::string{"caching_pool: release could not merge a segment cached by several "
-                                          "streams: "} + e.what());
-    }
-    std::size_t released = give_back_idle(lock, keep);
-    if (expand_.on() && space_.reserved > keep) released += expand_.unmap_idle(lock, space_, cache_, ops_, keep);
-    return released;
-  }
-  std::size_t give_back_idle(std::unique_lock<std::mutex>& lock, std::size_t keep) noexcept {
-    std::vector<typename plain_type::victim> victims;
-    try {
-      victims.reserve(space_.idle_segments().size());
-    } catch (...) {  // no memory for the list: give back what fits in none
-    }
-    plain_.take_idle(space_, keep, victims);
-    lock.unlock();
-    const std::size_t released = plain_type::give_back(upstream_, victims);
-    lock.lock();
-    return released;
-  }
-  /// Above the release threshold by its margin: idle plain segments go (from the idle index), and
-  /// idle granules are unmapped once per margin freed.
-  void trim_for_threshold(std::unique_lock<std::mutex>& lock, std::size_t freed) noexcept {
-    const std::size_t threshold = space_.options().release_threshold_bytes;
-    if (!space_.idle_segments().empty()) give_back_idle(lock, threshold);
-    if (!expand_.on() || space_.reserved <= trim_at_) return;
-    freed_above_ += freed;
-    if (freed_above_ < margin_) return;
-    freed_above_ = 0;
-    (void)expand_.unmap_idle(lock, space_, cache_, ops_, threshold);
-  }
-
-  /// A host pool's synchronous allocation: the host waits until the default stream is done with it.
-  void wait_for_host(void* p, std::size_t bytes) {
-    try {
-      const std::lock_guard lock{mutex_};
-      const detail::block* b = space_.map.find(reinterpret_cast<std::uintptr_t>(p));
-      cache_.wait_idle(*b->owner, b->free_epoch);
-    } catch (...) {
-      deallocate_async(p, bytes, cuda_allocation_alignment, stream_ref{});
-      throw;
-    }
-  }
-
-  std::uint64_t capture_of(stream_ref stream) noexcept {
-    try {
-      return ops_.capture_id(stream);
-    } catch (...) {  // the platform cannot tell: treat it as a capture (the block is held, not reused)
-      return ~std::uint64_t{0};
-    }
-  }
-
-  [[noreturn]] void throw_too_large(std::size_t bytes) const {
-    throw out_of_memory{"caching_pool on " + detail::describe_device(device_) + ": a request of " +
-                            mgm::detail::describe_bytes(bytes) + " exceeds any device's memory",
-                        bytes};
-  }
-  void report_invalid_free(void* p, std::size_t bytes) const noexcept { detail::pool_inspect::report_invalid_free(device_, p, bytes); }
 
   using plain_type = detail::segment_source<Upstream, Statistics>;
   Upstream upstream_;

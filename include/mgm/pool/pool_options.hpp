@@ -15,7 +15,7 @@ namespace mgm {
 /// `MGM_ALLOC_CONF` sets them as `key:value,...` (as `PYTORCH_CUDA_ALLOC_CONF` does), sizes as
 /// `parse_bytes` reads them: `round`, `small_request`, `small_segment`, `large_segment`,
 /// `large_direct`, `segment_round`, `max_split_size` (also PyTorch's `max_split_size_mb`, a
-/// number of MiB), `release_threshold`, and `expandable_segments` (`True`/`False`).
+/// number of MiB), `release_threshold`, `expandable_segments` and `check_invariants` (`True`/`False`).
 struct pool_options {
   static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 
@@ -30,6 +30,9 @@ struct pool_options {
   /// Grow segments by mapping 2 MiB granules into one reserved range per stream and size class,
   /// where the upstream offers virtual memory (`mgm::vmm_allocator`) and the device supports it.
   bool expandable_segments{true};
+  /// In builds without `NDEBUG`: every allocation and free ends with `caching_pool::check_invariants()`
+  /// (a walk of every block: for tests and debugging). A broken invariant in a free terminates.
+  bool check_invariants{false};
 
   /// @brief Options from `key:value,...` text, starting from the defaults.
   /// @throws mgm::parse_error naming the column of an unknown key or a bad value;

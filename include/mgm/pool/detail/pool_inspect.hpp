@@ -6,6 +6,7 @@
 /// lock held (except `destroy`).
 #pragma once
 
+#include <mgm/bytes.hpp>
 #include <mgm/error.hpp>
 #include <mgm/log.hpp>
 #include <mgm/pool/detail/block.hpp>
@@ -170,6 +171,17 @@ struct pool_inspect {
     }
   }
 
+  /// `pool_options::check_invariants` in a build without NDEBUG (the lock held). A free cannot
+  /// throw: a broken invariant there terminates, with its name logged.
+  template <class Pool>
+  static void debug_check(const Pool& p) {
+#ifndef NDEBUG
+    if (p.space_.options().check_invariants) [[unlikely]] check_invariants(p);
+#else
+    (void)p;
+#endif
+  }
+
   /// A block whose free could get no slot: pending for good (returned at the end), never reused early.
   template <class Pool>
   static void quarantine(Pool& p, block* b) noexcept {
@@ -242,6 +254,12 @@ struct pool_inspect {
       } catch (...) {
       }
     }
+  }
+
+  [[noreturn]] static void throw_too_large(device_id d, std::size_t bytes) {
+    throw out_of_memory{"caching_pool on " + describe_device(d) + ": a request of " + describe_bytes(bytes) +
+                            " exceeds any device's memory",
+                        bytes};
   }
 
   static void report_invalid_free(device_id d, void* ptr, std::size_t bytes) noexcept {

@@ -104,13 +104,15 @@ class tlsf_index {
     return best;
   }
 
+  /// Calls `fn` on every block (it may remove the block it is given). Visits non-empty classes only.
   template <class Fn>
   void for_each(Fn&& fn) const {
-    for (unsigned f = 0; f < ranges; ++f) {
-      if ((first_bits_ >> f & 1U) == 0) continue;
-      for (unsigned s = 0; s < classes_per_range; ++s) {
+    for (std::uint64_t first = first_bits_; first != 0; first &= first - 1) {
+      const auto f = static_cast<unsigned>(std::countr_zero(first));
+      for (std::uint32_t second = second_bits_[f]; second != 0; second &= second - 1) {
+        const auto s = static_cast<unsigned>(std::countr_zero(second));
         for (block* b = heads_[f][s]; b != nullptr;) {
-          block* next = b->u.link.next_free;  // fn may remove b
+          block* next = b->u.link.next_free;
           fn(b);
           b = next;
         }

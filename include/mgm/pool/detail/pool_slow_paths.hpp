@@ -1,0 +1,182 @@
+/// @file
+/// @brief The caching pool's slow paths: a miss (steal, new memory through the out-of-memory
+/// pipeline), an allocation inside a graph capture, the unusual frees (another stream, other
+/// uses, a private pool, inside a capture), and giving memory back.
+///
+/// Static members of `pool_slow_paths`, a friend of `caching_pool`, called with its lock held.
+#pragma once
+
+#include <mgm/log.hpp>
+#include <mgm/pool/detail/block_space.hpp>
+#include <mgm/pool/detail/capture_pools.hpp>
+#include <mgm/pool/detail/pool_inspect.hpp>
+#include <mgm/pool/detail/segment_source.hpp>
+#include <mgm/pool/detail/stream_cache.hpp>
+#include <mgm/stream.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace mgm::detail {
+
+struct pool_slow_paths {
+  template <class Pool>
+  static block* allocate_slow(Pool& p, std::unique_lock<std::mutex>& lock, stream_slot& slot, std::size_t size,
+                               bool small, stream_ref stream) {
+    if (block* b = slot.index(small).scan(size); b != nullptr && p.acceptable(b, size)) {
+      p.prepare(b, size);
+      p.space_.take_free(b);
+      return b;
+    }
+    const auto accept = [&](const block* b) { return p.acceptable(b, size); };
+    if (block* b = p.cache_.steal(p.space_, slot, size, small, stream, accept)) {
+      if constexpr (Pool::statistics_enabled) ++p.space_.stats.stream_steals;
+      p.prepare_or_put_back(b, size);
+      return b;
+    }
+    // Small requests keep plain 2 MiB segments: released whole when idle, they fragment less
+    // than small blocks packed into a shared range whose granules they pin.
+    const bool grow = p.expand_.on() && size >= p.space_.options().large_direct_bytes;
+    block* b = with_oom_retries<Pool::statistics_enabled>(
+        lock, p.space_.stats, p.handler_, size, false,
+        [&](bool minimal) {
+          if (grow) return p.expand_.try_grow(lock, p.upstream_, p.space_, slot, size, small);
+          const std::size_t seg = Pool::plain_type::segment_size(p.space_.options(), size, small, minimal);
+          return p.plain_.take(lock, p.upstream_, p.ops_, p.space_, p.plain_.heads(), slot, seg, small, stream, false);
+        },
+        [&] { reclaim(p, lock); }, [&] { return pool_inspect::describe_oom(p, size); });
+    if constexpr (Pool::statistics_enabled) ++p.space_.stats.cache_misses;
+    p.prepare_or_put_back(b, size);
+    return b;
+  }
+
+  /// An allocation on a capturing stream: from its capture's private pool, with no event query;
+  /// a new segment is taken under the relaxed capture mode, with nothing given back to retry.
+  template <class Pool>
+  static void* allocate_captured(Pool& p, std::unique_lock<std::mutex>& lock, std::size_t size, std::size_t bytes, stream_ref stream,
+                          std::uint64_t capture) {
+    private_pool& pool = p.captures_.for_capture(capture);
+    stream_slot& slot = pool.slots.slot_for(stream.get());
+    const bool small = size <= p.space_.options().small_request_bytes;
+    block* b = slot.index(small).find(size);
+    if (b == nullptr || !p.acceptable(b, size)) b = slot.index(small).scan(size);
+    if (b != nullptr && p.acceptable(b, size)) {
+      p.prepare(b, size);
+      p.space_.take_free(b);
+    } else {
+      b = with_oom_retries<Pool::statistics_enabled>(
+          lock, p.space_.stats, p.handler_, size, true,
+          [&](bool) {
+            const std::size_t seg = Pool::plain_type::segment_size(p.space_.options(), size, small, false);
+            return p.plain_.take(lock, p.upstream_, p.ops_, p.space_, pool.segments, slot, seg, small, stream, true);
+          },
+          [] {}, [&] { return pool_inspect::describe_oom(p, size); });
+      if constexpr (Pool::statistics_enabled) ++p.space_.stats.cache_misses;
+      p.prepare_or_put_back(b, size);
+    }
+    return p.hand_out(b, slot, size, bytes);
+  }
+
+  /// A free on another stream, of a block used on several streams, of a private pool's block, or
+  /// during a capture.
+  template <class Pool>
+  static void free_slow(Pool& p, std::unique_lock<std::mutex>& lock, block* b, stream_ref stream, std::uint64_t capture) noexcept {
+    private_pool* pool = nullptr;
+    if (b->owner->capture_pool != 0) pool = p.captures_.find(b->owner->capture_pool);
+    if (capture != 0 && pool == nullptr) {  // the shared cache's block, freed inside a capture: held
+      private_pool* holder = nullptr;
+      try {
+        holder = &p.captures_.for_capture(capture);
+      } catch (...) {
+      }
+      stream_slot* home = p.cache_.slots().slot_for_free(stream.get());
+      if (home != nullptr) b->owner = home;
+      if (holder == nullptr || home == nullptr) return pool_inspect::quarantine(p, b);
+      pool_inspect::make_pending(p, b);
+      return holder->hold(b);
+    }
+    slot_set& slots = pool != nullptr ? pool->slots : p.cache_.slots();
+    stream_slot* slot = slots.slot_for_free(stream.get());
+    if (slot == nullptr) return pool_inspect::quarantine(p, b);  // never reused early
+    if (b->extra_streams != 0) return p.pending_.free_used(b, *slot, p.space_, p.cache_.events(), p.ops_, p.device_);
+    b->owner = slot;
+    b->free_epoch = slot->next_epoch();
+    b = p.space_.insert_free(b);
+    if (pool != nullptr && pool->released() && b->whole_segment()) pool_inspect::release_private(p, lock, *pool);
+  }
+
+  /// Gives back what this pool holds idle (the out-of-memory pipeline's second step).
+  template <class Pool>
+  static void reclaim(Pool& p, std::unique_lock<std::mutex>& lock) {
+    p.pending_.process(p.space_, p.cache_.events(), p.ops_, p.device_);
+    trim(p, lock, 0);
+  }
+
+  /// Returns idle memory until `reserved <= keep`; unlocks for the upstream calls.
+  template <class Pool>
+  static std::size_t trim(Pool& p, std::unique_lock<std::mutex>& lock, std::size_t keep) noexcept {
+    try {
+      p.cache_.unify(p.space_, p.plain_.heads());
+    } catch (const std::exception& e) {
+      log(log_level::warning, std::string{"caching_pool: release could not merge a segment cached by several "
+                                          "streams: "} + e.what());
+    }
+    std::size_t released = give_back_idle(p, lock, keep);
+    if (p.expand_.on() && p.space_.reserved > keep) released += p.expand_.unmap_idle(lock, p.space_, p.cache_, p.ops_, keep);
+    return released;
+  }
+  template <class Pool>
+  static std::size_t give_back_idle(Pool& p, std::unique_lock<std::mutex>& lock, std::size_t keep) noexcept {
+    std::vector<typename Pool::plain_type::victim> victims;
+    try {
+      victims.reserve(p.space_.idle_segments().size());
+    } catch (...) {  // no memory for the list: give back what fits in none
+    }
+    p.plain_.take_idle(p.space_, keep, victims);
+    lock.unlock();
+    const std::size_t released = Pool::plain_type::give_back(p.upstream_, victims);
+    lock.lock();
+    return released;
+  }
+  /// Above the release threshold by its margin: idle plain segments go (from the idle index), and
+  /// idle granules are unmapped once per margin freed.
+  template <class Pool>
+  static void trim_for_threshold(Pool& p, std::unique_lock<std::mutex>& lock, std::size_t freed) noexcept {
+    const std::size_t threshold = p.space_.options().release_threshold_bytes;
+    if (!p.space_.idle_segments().empty()) give_back_idle(p, lock, threshold);
+    if (!p.expand_.on() || p.space_.reserved <= p.trim_at_) return;
+    p.freed_above_ += freed;
+    if (p.freed_above_ < p.margin_) return;
+    p.freed_above_ = 0;
+    (void)p.expand_.unmap_idle(lock, p.space_, p.cache_, p.ops_, threshold);
+  }
+
+  /// The capture under way on `stream`; when the platform cannot tell, treated as one (a block
+  /// freed then is held, never reused early).
+  template <class Pool>
+  static std::uint64_t capture_of(Pool& p, stream_ref stream) noexcept {
+    try {
+      return p.ops_.capture_id(stream);
+    } catch (...) {
+      return ~std::uint64_t{0};
+    }
+  }
+
+  /// A host pool's synchronous allocation: the host waits until the default stream is done with it.
+  template <class Pool>
+  static void wait_for_host(Pool& p, void* ptr, std::size_t bytes) {
+    try {
+      const std::lock_guard lock{p.mutex_};
+      const block* b = p.space_.map.find(reinterpret_cast<std::uintptr_t>(ptr));
+      p.cache_.wait_idle(*b->owner, b->free_epoch);
+    } catch (...) {
+      p.deallocate_async(ptr, bytes, cuda_allocation_alignment, stream_ref{});
+      throw;
+    }
+  }
+};
+
+}  // namespace mgm::detail
