@@ -189,6 +189,11 @@ void* machine_state::allocate(device_id d, std::size_t bytes, std::size_t alignm
     throw_out_of_memory(dev, d, bytes, "allocating", false);
   }
   charge(dev, driver_call::malloc, costs.malloc_charge_us(charged, dev.used, dev.peak_used, peers));
+  // A host bad_alloc leaves the device as it was: the table's node and buckets are made first.
+  std::unordered_map<std::uintptr_t, std::size_t> staging;
+  staging.emplace(0, charged);
+  auto live_node = staging.extract(staging.begin());
+  dev.live.reserve(dev.live.size() + 1);  // the insert below cannot rehash
   std::byte* p = nullptr;
   if (const auto offset = dev.space.allocate(charged, std::max(alignment, allocation_granule))) {
     p = dev.base + *offset;
@@ -201,11 +206,17 @@ void* machine_state::allocate(device_id d, std::size_t bytes, std::size_t alignm
     if (raw == MAP_FAILED) throw_out_of_memory(dev, d, bytes, "allocating", false);
     const auto aligned = (reinterpret_cast<std::uintptr_t>(raw) + align - 1) & ~(align - 1);
     p = reinterpret_cast<std::byte*>(aligned);
-    dev.overflow.emplace(aligned, std::pair{raw, charged + align});
+    try {
+      dev.overflow.emplace(aligned, std::pair{raw, charged + align});
+    } catch (...) {
+      ::munmap(raw, charged + align);
+      throw;
+    }
   }
   dev.used += charged;
   dev.peak_used = std::max(dev.peak_used, dev.used);
-  dev.live.emplace(reinterpret_cast<std::uintptr_t>(p), charged);
+  live_node.key() = reinterpret_cast<std::uintptr_t>(p);
+  dev.live.insert(std::move(live_node));
   return p;
 }
 

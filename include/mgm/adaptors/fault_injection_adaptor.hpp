@@ -18,6 +18,7 @@ namespace mgm {
 struct fault_injection_plan {
   std::uint64_t fail_every_nth{0};      ///< 0: off; n: allocations n, 2n, 3n, ... fail
   std::uint64_t fail_from{0};           ///< 0: off; n: allocation n and every later one fail
+  std::uint64_t fail_nth{0};            ///< 0: off; n: allocation n fails (only it)
   double probability{0.0};              ///< each allocation fails with this probability...
   std::uint64_t seed{1};                ///< ...drawn from splitmix64 seeded here
   std::size_t fail_above_bytes{std::numeric_limits<std::size_t>::max()};  ///< larger requests fail
@@ -68,6 +69,7 @@ class fault_injection_adaptor : public detail::adaptor_base<fault_injection_adap
       n = ++state_->calls;
       const auto& plan = state_->plan;
       fail = (plan.fail_every_nth != 0 && n % plan.fail_every_nth == 0) || (plan.fail_from != 0 && n >= plan.fail_from) ||
+             n == plan.fail_nth ||
              bytes > plan.fail_above_bytes;
       if (plan.probability > 0.0) {
         std::uint64_t z = (state_->rng += 0x9E3779B97F4A7C15ULL);

@@ -139,7 +139,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     std::unique_lock lock{mutex_};
     if (capture != 0) [[unlikely]] return detail::pool_slow_paths::allocate_captured(*this, lock, size, bytes, stream, capture);
     detail::stream_slot& slot = cache_.slots().slot_for(stream.get());
-    if (!pending_.empty()) [[unlikely]] pending_.process(space_, cache_.events(), ops_, device_);
+    if (!pending_.empty()) [[unlikely]] detail::pool_slow_paths::process_pending(*this);
     const bool small = size <= space_.options().small_request_bytes;
     detail::block* b = slot.index(small).find(size);
     if (b != nullptr && acceptable(b, size)) [[likely]] {
@@ -238,7 +238,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   /// reserved (or nothing idle is left). Returns the bytes released.
   std::size_t release(std::size_t bytes_to_keep = 0) {
     std::unique_lock lock{mutex_};
-    pending_.process(space_, cache_.events(), ops_, device_);
+    detail::pool_slow_paths::process_pending(*this);
     return detail::pool_slow_paths::trim(*this, lock, bytes_to_keep);
   }
 
@@ -406,7 +406,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   detail::capture_pools captures_;
   plain_type plain_;
   detail::expandable_source<Upstream, Statistics> expand_;
-  detail::block* quarantine_{nullptr};          // frees that could get no slot (through u.used.hash_next)
+  detail::block* quarantine_{nullptr};  // frees in a capture that could get no pool (through u.waiting.next)
   telemetry::pool_registration registration_;  // last member: leaves before the rest is destroyed
 };
 

@@ -8,6 +8,8 @@
 #include <memory>
 #include <vector>
 
+struct CUstream_st;  // cudaStream_t's pointee
+
 namespace mgm::detail {
 
 struct stream_slot;
@@ -31,9 +33,13 @@ struct block {
       block* next_free;
     } link;  ///< state free: the TLSF class list
     struct {
-      block* hash_next;  ///< allocated: the pointer map's chain; pending: the stuck list
+      block* hash_next;  ///< the pointer map's chain
       const char* tag;
-    } used;  ///< state allocated or pending
+    } used;  ///< state allocated
+    struct {
+      block* next;            ///< the list of pending blocks it is in (stuck, held, orphans)
+      CUstream_st* freed_on;  ///< an orphan: the stream that freed it
+    } waiting;  ///< state pending
   } u{};
   stream_slot* owner{nullptr};   ///< the stream whose cache holds it, or that allocated it
   std::uint64_t free_epoch{0};   ///< the owner's free count when it was last freed into its cache

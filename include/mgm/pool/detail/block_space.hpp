@@ -113,8 +113,7 @@ class block_space {
   /// Out of every index while the lock is released (growing, unmapping): no free-list links, no tag.
   static void mark_busy(block* b) noexcept {
     b->state = block_state::pending;
-    b->u.used.hash_next = nullptr;
-    b->u.used.tag = nullptr;
+    b->u.waiting = {nullptr, nullptr};
   }
 
   // ---- the idle index: whole free plain segments of the shared cache, for release ----

@@ -29,11 +29,11 @@ struct private_pool {
   slot_set slots;
   long uses{0};
   std::vector<block*> segments;  // its segment heads
-  block* held{nullptr};          // shared blocks freed during its captures, through u.used.hash_next
+  block* held{nullptr};          // shared blocks freed during its captures, through u.waiting.next
 
   [[nodiscard]] bool released() const noexcept { return uses <= 0; }
   void hold(block* b) noexcept {
-    b->u.used.hash_next = held;
+    b->u.waiting.next = held;
     held = b;
   }
 };

@@ -35,8 +35,13 @@ class pending_frees {
 
   /// `b` (allocated) is also used on `s`. @throws std::bad_alloc, with nothing changed.
   void add_use(block* b, cudaStream_t s) {
-    auto& uses = uses_[b];
-    if (std::find(uses.begin(), uses.end(), s) == uses.end()) uses.push_back(s);
+    const auto [it, inserted] = uses_.try_emplace(b);
+    try {
+      if (std::find(it->second.begin(), it->second.end(), s) == it->second.end()) it->second.push_back(s);
+    } catch (...) {
+      if (inserted) uses_.erase(it);
+      throw;
+    }
     b->extra_streams = 1;
   }
   [[nodiscard]] bool used_on(cudaStream_t s) const noexcept {
@@ -54,13 +59,16 @@ class pending_frees {
                  device_id d) noexcept {
     b->owner = &slot;
     b->state = block_state::pending;
-    b->u.used.tag = nullptr;
+    b->u.waiting = {nullptr, nullptr};
     space.pending += b->size;
     if (!try_enter(b, events, ops, d)) push_stuck(b);
   }
 
   /// Blocks whose events have all completed rejoin their owner's cache. Never fails.
-  void process(block_space<Statistics>& space, event_pool<Ops>& events, Ops& ops, device_id d) noexcept {
+  /// `slot_of(b, s)` gives an orphan its freeing stream's slot (nullptr: not yet).
+  template <class SlotOf>
+  void process(block_space<Statistics>& space, event_pool<Ops>& events, Ops& ops, device_id d, SlotOf&& slot_of) noexcept {
+    if (orphans_ != nullptr) retry_orphans(space, events, ops, d, slot_of);
     if (stuck_ != nullptr) retry_stuck(events, ops, d);
     std::array<cudaStream_t, 8> incomplete{};  // streams with an incomplete event in this pass
     std::size_t n_incomplete = 0;
@@ -98,7 +106,23 @@ class pending_frees {
     entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(kept), entries_.end());
   }
 
-  [[nodiscard]] bool empty() const noexcept { return entries_.empty() && stuck_ == nullptr; }
+  [[nodiscard]] bool empty() const noexcept { return entries_.empty() && stuck_ == nullptr && orphans_ == nullptr; }
+  [[nodiscard]] block* orphans() const noexcept { return orphans_; }
+
+  /// A block whose free could get no slot for the freeing stream `s` (the host is out of
+  /// memory): pending, with its stream, until one can be made; never reused early.
+  void add_orphan(block* b, cudaStream_t s, block_space<Statistics>& space) noexcept {
+    b->state = block_state::pending;
+    b->u.waiting = {orphans_, s};
+    orphans_ = b;
+    space.pending += b->size;
+  }
+  /// Orphans freed on `s` are in the default stream's order from now on (the host waited for `s`).
+  void orphans_forget(cudaStream_t s) noexcept {
+    for (block* b = orphans_; b != nullptr; b = b->u.waiting.next) {
+      if (b->u.waiting.freed_on == s) b->u.waiting.freed_on = nullptr;
+    }
+  }
   std::vector<entry>& entries() noexcept { return entries_; }
   const std::vector<entry>& entries() const noexcept { return entries_; }
   [[nodiscard]] block* stuck() const noexcept { return stuck_; }
@@ -149,8 +173,31 @@ class pending_frees {
     return true;
   }
 
+  template <class SlotOf>
+  void retry_orphans(block_space<Statistics>& space, event_pool<Ops>& events, Ops& ops, device_id d, SlotOf& slot_of) noexcept {
+    block* list = std::exchange(orphans_, nullptr);
+    while (list != nullptr) {
+      block* b = list;
+      list = b->u.waiting.next;
+      stream_slot* slot = slot_of(b, reinterpret_cast<cudaStream_t>(b->u.waiting.freed_on));
+      if (slot == nullptr) {
+        b->u.waiting.next = orphans_;
+        orphans_ = b;
+        continue;
+      }
+      space.pending -= b->size;
+      if (b->extra_streams != 0) {
+        free_used(b, *slot, space, events, ops, d);
+      } else {
+        b->owner = slot;
+        b->free_epoch = slot->next_epoch();
+        space.insert_free(b);
+      }
+    }
+  }
+
   void push_stuck(block* b) noexcept {
-    b->u.used.hash_next = stuck_;
+    b->u.waiting.next = stuck_;
     stuck_ = b;
   }
 
@@ -158,13 +205,14 @@ class pending_frees {
     block* list = std::exchange(stuck_, nullptr);
     while (list != nullptr) {
       block* b = list;
-      list = b->u.used.hash_next;
+      list = b->u.waiting.next;
       if (!try_enter(b, events, ops, d)) push_stuck(b);
     }
   }
 
   std::vector<entry> entries_;
-  block* stuck_{nullptr};  // through u.used.hash_next
+  block* stuck_{nullptr};    // through u.waiting.next
+  block* orphans_{nullptr};  // frees that could get no slot yet, through u.waiting.next
   std::unordered_map<block*, std::vector<cudaStream_t>> uses_;
 };
 

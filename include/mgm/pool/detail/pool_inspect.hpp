@@ -56,7 +56,7 @@ struct pool_inspect {
                                                           : block_snapshot::state_type::pending;
         bs.requested = b->state == block_state::allocated ? b->size - b->slack : 0;
         bs.stream = reinterpret_cast<std::uintptr_t>(b->owner != nullptr ? b->owner->stream : nullptr);
-        if (b->state != block_state::free && b->u.used.tag != nullptr) bs.tag = b->u.used.tag;
+        if (b->state == block_state::allocated && b->u.used.tag != nullptr) bs.tag = b->u.used.tag;
         seg.size += b->size;
         seg.blocks.push_back(std::move(bs));
       }
@@ -182,18 +182,19 @@ struct pool_inspect {
 #endif
   }
 
-  /// A block whose free could get no slot: pending for good (returned at the end), never reused early.
+  /// A block freed inside a capture when no private pool could be made to hold it: pending for
+  /// good (its memory returns at the end), never reused: the graph may still replay into it.
   template <class Pool>
   static void quarantine(Pool& p, block* b) noexcept {
     make_pending(p, b);
-    b->u.used.hash_next = p.quarantine_;
+    b->u.waiting.next = p.quarantine_;
     p.quarantine_ = b;
-    log(log_level::error, "caching_pool: no memory for a freeing stream's cache; a block stays reserved");
+    log(log_level::error, "caching_pool: no memory to hold a block freed during a capture; it stays reserved");
   }
   template <class Pool>
   static void make_pending(Pool& p, block* b) noexcept {
     b->state = block_state::pending;
-    b->u.used.tag = nullptr;
+    b->u.waiting = {nullptr, nullptr};
     p.space_.pending += b->size;
   }
 
@@ -202,7 +203,7 @@ struct pool_inspect {
   template <class Pool>
   static void release_private(Pool& p, std::unique_lock<std::mutex>& lock, private_pool& pool) noexcept {
     for (block* b = std::exchange(pool.held, nullptr); b != nullptr;) {
-      block* next = b->u.used.hash_next;
+      block* next = b->u.waiting.next;
       p.space_.pending -= b->size;
       if (b->extra_streams != 0) {
         p.pending_.free_used(b, *b->owner, p.space_, p.cache_.events(), p.ops_, p.device_);

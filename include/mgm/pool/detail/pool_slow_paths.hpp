@@ -26,6 +26,7 @@ struct pool_slow_paths {
   template <class Pool>
   static block* allocate_slow(Pool& p, std::unique_lock<std::mutex>& lock, stream_slot& slot, std::size_t size,
                                bool small, stream_ref stream) {
+    p.cache_.slots().prepare();  // a spare slot for a free on a new stream, if an earlier one failed
     if (block* b = slot.index(small).scan(size); b != nullptr && p.acceptable(b, size)) {
       p.prepare(b, size);
       p.space_.take_free(b);
@@ -92,15 +93,15 @@ struct pool_slow_paths {
         holder = &p.captures_.for_capture(capture);
       } catch (...) {
       }
-      stream_slot* home = p.cache_.slots().slot_for_free(stream.get());
-      if (home != nullptr) b->owner = home;
-      if (holder == nullptr || home == nullptr) return pool_inspect::quarantine(p, b);
+      if (holder == nullptr) return pool_inspect::quarantine(p, b);
+      // At the release it joins the freeing stream's cache (else the allocating one's).
+      if (stream_slot* home = p.cache_.slots().slot_for_free(stream.get()); home != nullptr) b->owner = home;
       pool_inspect::make_pending(p, b);
       return holder->hold(b);
     }
     slot_set& slots = pool != nullptr ? pool->slots : p.cache_.slots();
     stream_slot* slot = slots.slot_for_free(stream.get());
-    if (slot == nullptr) return pool_inspect::quarantine(p, b);  // never reused early
+    if (slot == nullptr) return p.pending_.add_orphan(b, stream.get(), p.space_);  // never reused early
     if (b->extra_streams != 0) return p.pending_.free_used(b, *slot, p.space_, p.cache_.events(), p.ops_, p.device_);
     b->owner = slot;
     b->free_epoch = slot->next_epoch();
@@ -111,7 +112,7 @@ struct pool_slow_paths {
   /// Gives back what this pool holds idle (the out-of-memory pipeline's second step).
   template <class Pool>
   static void reclaim(Pool& p, std::unique_lock<std::mutex>& lock) {
-    p.pending_.process(p.space_, p.cache_.events(), p.ops_, p.device_);
+    process_pending(p);
     trim(p, lock, 0);
   }
 
@@ -152,6 +153,20 @@ struct pool_slow_paths {
     if (p.freed_above_ < p.margin_) return;
     p.freed_above_ = 0;
     (void)p.expand_.unmap_idle(lock, p.space_, p.cache_, p.ops_, threshold);
+  }
+
+  /// Pending frees whose events completed rejoin their caches; orphans get their slots.
+  template <class Pool>
+  static void process_pending(Pool& p) noexcept {
+    p.pending_.process(p.space_, p.cache_.events(), p.ops_, p.device_, [&](block* b, cudaStream_t s) -> stream_slot* {
+      private_pool* pool = b->owner->capture_pool != 0 ? p.captures_.find(b->owner->capture_pool) : nullptr;
+      slot_set& slots = pool != nullptr ? pool->slots : p.cache_.slots();
+      try {
+        return &slots.slot_for(s);
+      } catch (...) {
+        return nullptr;
+      }
+    });
   }
 
   /// The capture under way on `stream`; when the platform cannot tell, treated as one (a block

@@ -96,12 +96,12 @@ class slot_set {
     return out;
   }
 
- private:
   /// A spare slot and room for it, so that a free can add a slot without allocating.
   void prepare() {
     if (spare_ == nullptr) spare_ = std::make_unique<stream_slot>();
     slots_.reserve(slots_.size() + 1);
   }
+ private:
   stream_slot* add(cudaStream_t s) noexcept {  // after prepare()
     spare_->stream = s;
     spare_->capture_pool = capture_pool_;

@@ -30,7 +30,10 @@ void pool_inspect::forget_stream(Pool& p, stream_ref stream) {
   if (gone != nullptr) {
     for (tlsf_index* index : {&gone->small, &gone->large}) index->for_each([&](block* b) { cached.push_back(b); });
     for (const auto& e : p.pending_.entries()) pending_of_gone += e.b->owner == gone ? 1 : 0;
-    for (block* b = p.pending_.stuck(); b != nullptr; b = b->u.used.hash_next) must_wait = must_wait || b->owner == gone;
+    for (block* b = p.pending_.stuck(); b != nullptr; b = b->u.waiting.next) must_wait = must_wait || b->owner == gone;
+  }
+  for (block* b = p.pending_.orphans(); b != nullptr; b = b->u.waiting.next) {
+    must_wait = must_wait || b->u.waiting.freed_on == handle;  // its free was in this stream's order
   }
   std::vector<int> made;
   std::vector<entry> staged;
@@ -59,6 +62,7 @@ void pool_inspect::forget_stream(Pool& p, stream_ref stream) {
     events.release(made.back());
     made.pop_back();
     p.pending_.drop_uses_on(handle);
+    p.pending_.orphans_forget(handle);
   }
   if (gone == nullptr) return;
   std::size_t next = 0;
@@ -71,18 +75,18 @@ void pool_inspect::forget_stream(Pool& p, stream_ref stream) {
     block* b = e.b;
     p.space_.take_free(b);
     b->owner = home;
-    b->u.used.hash_next = nullptr;
     make_pending(p, b);
     e.events[0] = {made[next++], nullptr};
     p.pending_.entries().push_back(std::move(e));
   }
   // The host waited for the stream where it had to: those blocks only change owner.
   const auto rehome = [&](block* list) {
-    for (block* b = list; b != nullptr; b = b->u.used.hash_next) {
+    for (block* b = list; b != nullptr; b = b->u.waiting.next) {
       if (b->owner == gone) b->owner = home;
     }
   };
   rehome(p.pending_.stuck());
+  rehome(p.pending_.orphans());
   rehome(p.quarantine_);
   p.captures_.for_each([&](const private_pool& pp) { rehome(pp.held); });
   p.expand_.rehome(p.space_, gone, home);
