@@ -202,7 +202,12 @@ void* vmm_ops::reserve(device_id d, std::size_t bytes) {
   const std::uintptr_t end = begin + bytes + granule;
   if (end > aligned + bytes) ::munmap(reinterpret_cast<void*>(aligned + bytes), end - aligned - bytes);
   const std::lock_guard lock{machine_->vmm_mutex};
-  machine_->reservations.emplace(aligned, std::pair{bytes, d});
+  try {  // a host bad_alloc leaves no reservation behind
+    machine_->reservations.emplace(aligned, std::pair{bytes, d});
+  } catch (...) {
+    ::munmap(reinterpret_cast<void*>(aligned), bytes);
+    throw;
+  }
   const std::lock_guard dev_lock{dev.mutex};
   machine_->charge(dev, driver_call::reserve, machine_->costs.reserve_us);
   return reinterpret_cast<void*>(aligned);
@@ -247,6 +252,11 @@ vmm_ops::physical_handle vmm_ops::create(device_id d, std::size_t bytes) {
   machine_->check_unsafe_call("cuMemCreate");
   const detail::bookkeeping_timer timer{dev};
   const std::lock_guard vmm_lock{machine_->vmm_mutex};
+  // A host bad_alloc leaves the device as it was: the table's node is made first.
+  decltype(machine_->physical) staging;
+  staging.emplace(0, detail::physical_allocation{d, bytes});
+  auto node = staging.extract(staging.begin());
+  machine_->physical.reserve(machine_->physical.size() + 1);
   {
     const std::lock_guard lock{dev.mutex};
     machine_->check_alive(dev, d);
@@ -263,7 +273,8 @@ vmm_ops::physical_handle vmm_ops::create(device_id d, std::size_t bytes) {
     dev.peak_used = std::max(dev.peak_used, dev.used);
   }
   const auto h = machine_->next_handle++;
-  machine_->physical.emplace(h, detail::physical_allocation{d, bytes});
+  node.key() = h;
+  machine_->physical.insert(std::move(node));
   return h;
 }
 

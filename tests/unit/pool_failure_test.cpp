@@ -22,36 +22,11 @@
 #include <string>
 #include <vector>
 
-namespace {
-std::atomic<bool> armed{false};
-std::atomic<std::uint64_t> armed_allocations{0};
-std::atomic<std::uint64_t> fail_allocation{0};  // 0: none
+#include "counting_new.hpp"
 
-void* counted_new(std::size_t n) {
-  if (armed.load(std::memory_order_relaxed)) {
-    const std::uint64_t k = armed_allocations.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (k == fail_allocation.load(std::memory_order_relaxed)) {
-      throw std::bad_alloc{};
-    }
-  }
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc{};
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted_new(n); }
-void* operator new[](std::size_t n) { return counted_new(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return counted_new(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+using mgm_test::arm_guard;
+using mgm_test::armed_allocations;
+using mgm_test::fail_allocation;
 
 namespace {
 
@@ -61,14 +36,6 @@ using faulty = mgm::fault_injection_adaptor<mgm::sim::device_allocator>;
 using pool_type = mgm::caching_pool<faulty>;
 constexpr std::size_t KiB = std::size_t{1} << 10;
 constexpr std::size_t MiB = std::size_t{1} << 20;
-
-// Host allocations fail only inside the pool's calls.
-struct arm_guard {
-  arm_guard() { armed.store(true, std::memory_order_relaxed); }
-  ~arm_guard() { armed.store(false, std::memory_order_relaxed); }
-  arm_guard(const arm_guard&) = delete;
-  arm_guard& operator=(const arm_guard&) = delete;
-};
 
 struct live_block {
   std::size_t bytes;

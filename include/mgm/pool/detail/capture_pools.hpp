@@ -92,6 +92,10 @@ class capture_pools {
   void for_each(Fn&& fn) const {
     for (const auto& p : pools_) fn(*p);
   }
+  template <class Fn>
+  void for_each(Fn&& fn) {
+    for (auto& p : pools_) fn(*p);
+  }
   [[nodiscard]] bool empty() const noexcept { return pools_.empty(); }
 
  private:

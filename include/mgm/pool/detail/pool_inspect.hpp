@@ -202,8 +202,18 @@ struct pool_inspect {
   /// go back to the upstream (a synchronous free: the device's work is done with them first).
   template <class Pool>
   static void release_private(Pool& p, std::unique_lock<std::mutex>& lock, private_pool& pool) noexcept {
+    std::vector<private_pool*> owners;  // other released pools its held blocks return to
     for (block* b = std::exchange(pool.held, nullptr); b != nullptr;) {
       block* next = b->u.waiting.next;
+      if (b->owner->capture_pool != 0 && b->owner->capture_pool != pool.id) {
+        private_pool* owner = p.captures_.find(b->owner->capture_pool);
+        if (owner != nullptr && owner->released() && std::find(owners.begin(), owners.end(), owner) == owners.end()) {
+          try {
+            owners.push_back(owner);
+          } catch (...) {  // it goes at the next release()
+          }
+        }
+      }
       p.space_.pending -= b->size;
       if (b->extra_streams != 0) {
         p.pending_.free_used(b, *b->owner, p.space_, p.cache_.events(), p.ops_, p.device_);
@@ -219,9 +229,22 @@ struct pool_inspect {
     } catch (...) {
       return;  // tried again at the next free into the pool
     }
+    // A segment all of whose blocks are free goes, whichever streams cache them: its free is
+    // synchronous (cudaFree waits for the device), so no stream's work can still touch it.
     std::erase_if(pool.segments, [&](block* head) {
-      if (!head->whole_segment() || head->state != block_state::free) return false;
-      p.space_.take_free(head);
+      for (const block* b = head; b != nullptr; b = b->next) {
+        if (b->state != block_state::free) return false;
+      }
+      std::size_t total = 0;
+      for (block* b = head; b != nullptr;) {
+        block* next = b->next;
+        p.space_.take_free(b);
+        total += b->size;
+        if (b != head) p.space_.arena.recycle(b);
+        b = next;
+      }
+      head->size = total;
+      head->next = nullptr;
       Pool::plain_type::forget_segment(p.space_, head);
       gone.push_back(head);
       return true;
@@ -234,6 +257,7 @@ struct pool_inspect {
     lock.lock();
     for (block* head : gone) p.space_.arena.recycle(head);
     p.captures_.erase_if_empty(&pool);
+    for (private_pool* owner : owners) release_private(p, lock, *owner);
   }
 
   template <class Pool>

@@ -87,17 +87,24 @@ struct pool_slow_paths {
   static void free_slow(Pool& p, std::unique_lock<std::mutex>& lock, block* b, stream_ref stream, std::uint64_t capture) noexcept {
     private_pool* pool = nullptr;
     if (b->owner->capture_pool != 0) pool = p.captures_.find(b->owner->capture_pool);
-    if (capture != 0 && pool == nullptr) {  // the shared cache's block, freed inside a capture: held
+    if (capture != 0) {
+      // Freed inside a capture: the graph may use it in every replay. Unless the block is the
+      // capture's own pool's (whose graphs replay in turn), that pool holds it until released.
       private_pool* holder = nullptr;
       try {
         holder = &p.captures_.for_capture(capture);
       } catch (...) {
       }
       if (holder == nullptr) return pool_inspect::quarantine(p, b);
-      // At the release it joins the freeing stream's cache (else the allocating one's).
-      if (stream_slot* home = p.cache_.slots().slot_for_free(stream.get()); home != nullptr) b->owner = home;
-      pool_inspect::make_pending(p, b);
-      return holder->hold(b);
+      if (holder != pool) {
+        // At the release a shared block joins the freeing stream's cache (else the allocating
+        // one's); a private pool's block goes back to its own pool.
+        if (pool == nullptr) {
+          if (stream_slot* home = p.cache_.slots().slot_for_free(stream.get()); home != nullptr) b->owner = home;
+        }
+        pool_inspect::make_pending(p, b);
+        return holder->hold(b);
+      }
     }
     slot_set& slots = pool != nullptr ? pool->slots : p.cache_.slots();
     stream_slot* slot = slots.slot_for_free(stream.get());
@@ -106,7 +113,7 @@ struct pool_slow_paths {
     b->owner = slot;
     b->free_epoch = slot->next_epoch();
     b = p.space_.insert_free(b);
-    if (pool != nullptr && pool->released() && b->whole_segment()) pool_inspect::release_private(p, lock, *pool);
+    if (pool != nullptr && pool->released()) pool_inspect::release_private(p, lock, *pool);
   }
 
   /// Gives back what this pool holds idle (the out-of-memory pipeline's second step).
@@ -119,6 +126,15 @@ struct pool_slow_paths {
   /// Returns idle memory until `reserved <= keep`; unlocks for the upstream calls.
   template <class Pool>
   static std::size_t trim(Pool& p, std::unique_lock<std::mutex>& lock, std::size_t keep) noexcept {
+    // Released private pools whose blocks came back late (pending frees, orphans) go too.
+    std::vector<private_pool*> done;
+    try {
+      p.captures_.for_each([&](private_pool& pp) {
+        if (pp.released()) done.push_back(&pp);
+      });
+    } catch (...) {
+    }
+    for (private_pool* pp : done) pool_inspect::release_private(p, lock, *pp);
     try {
       p.cache_.unify(p.space_, p.plain_.heads());
     } catch (const std::exception& e) {
