@@ -172,11 +172,14 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     const std::size_t freed = b->size;
     if (stream.get() != slot->stream || (slot->capture_pool | capture | b->extra_streams) != 0) [[unlikely]] {
       detail::pool_slow_paths::free_slow(*this, lock, b, stream, capture);
+      if constexpr (Statistics) space_.inactive_split_rose(0, static_cast<std::size_t>(space_.stats.allocated_bytes.current));
     } else {
       b->free_epoch = slot->next_epoch();
-      space_.insert_free(b);
+      b = space_.insert_free(b);
+      if constexpr (Statistics) {
+        if (!b->whole_segment()) space_.inactive_split_rose(freed, static_cast<std::size_t>(space_.stats.allocated_bytes.current));
+      }
     }
-    if constexpr (Statistics) space_.note_inactive_split(static_cast<std::size_t>(space_.stats.allocated_bytes.current));
     if (space_.reserved > trim_at_) [[unlikely]] detail::pool_slow_paths::trim_for_threshold(*this, lock, freed);
     detail::pool_inspect::debug_check(*this);
   }
@@ -348,9 +351,9 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
                                               : rest > space_.options().small_request_bytes);
   }
   /// What `hand_out` needs, made before the block leaves its index: then it cannot fail.
-  MGM_HOT_INLINE void prepare(const detail::block* b, std::size_t size) {
+  MGM_HOT_INLINE void prepare(const detail::block* /*b*/, std::size_t /*size*/) {
     space_.map.reserve_one();
-    if (splits(b, size)) space_.arena.reserve(1);
+    space_.arena.reserve(1);  // for a split: a compare, cheaper than deciding the split twice
   }
   void prepare_or_put_back(detail::block* b, std::size_t size) {
     try {
@@ -363,7 +366,9 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
 
   void* hand_out(detail::block* b, detail::stream_slot& slot, std::size_t size, std::size_t bytes) noexcept {
     b->state = detail::block_state::allocated;  // before the rest is inserted: it must not merge back
+    std::size_t idle_split = 0;  // an idle segment split: its rest is inactive now
     if (splits(b, size)) {
+      if (b->whole_segment()) idle_split = b->size - size;
       detail::block* r = space_.split_off(b, size);
       r->owner = &slot;
       r->free_epoch = b->owner == &slot ? b->free_epoch : slot.free_epoch;
@@ -383,7 +388,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
         const auto active = st.allocated_bytes.current + static_cast<std::int64_t>(space_.pending);
         if (active > st.active_bytes.peak) st.active_bytes.peak = active;
       }
-      space_.note_inactive_split(static_cast<std::size_t>(st.allocated_bytes.current));
+      if (idle_split != 0) space_.inactive_split_rose(idle_split, static_cast<std::size_t>(st.allocated_bytes.current));
     }
     detail::nvtx::register_region(reinterpret_cast<void*>(b->addr), bytes);
     return reinterpret_cast<void*>(b->addr);

@@ -8,6 +8,13 @@
 #include <memory>
 #include <vector>
 
+/// The pool's hit path (the index, the records): always inlined, whatever the compiler's budget.
+#if defined(__GNUC__)
+#define MGM_HOT_INLINE [[gnu::always_inline]] inline
+#else
+#define MGM_HOT_INLINE inline
+#endif
+
 struct CUstream_st;  // cudaStream_t's pointee
 
 namespace mgm::detail {
@@ -61,12 +68,16 @@ static_assert(sizeof(block) <= 80, "a block record stays small: 80 bytes, from s
 class block_arena {
  public:
   /// Makes sure that `n` more records can be made without allocating.
-  void reserve(std::size_t n) {
-    while (spare_ < n) grow();
+  MGM_HOT_INLINE void reserve(std::size_t n) {
+    if (free_ == nullptr) [[unlikely]] grow();
+    if (n > 1) {  // off the hit path: count the free list
+      std::size_t have = 0;
+      for (const block* b = free_; b != nullptr && have < n; b = b->next) ++have;
+      if (have < n) grow();
+    }
   }
   block* make() {
     if (free_ == nullptr) grow();
-    --spare_;
     block* b = free_;
     free_ = b->next;
     *b = block{};
@@ -74,7 +85,6 @@ class block_arena {
     return b;
   }
   void recycle(block* b) noexcept {
-    ++spare_;
     b->next = free_;
     free_ = b;
     --live_;
@@ -90,12 +100,10 @@ class block_arena {
       slab[i].next = free_;
       free_ = &slab[i];
     }
-    spare_ += n;
   }
   std::vector<std::unique_ptr<block[]>> slabs_;
   block* free_{nullptr};
   std::size_t live_{0};
-  std::size_t spare_{0};
 };
 
 /// Allocated blocks by address: a power-of-two bucket array chained through the records

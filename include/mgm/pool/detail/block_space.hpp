@@ -25,7 +25,8 @@ namespace mgm::detail {
 template <bool Statistics>
 class block_space {
  public:
-  explicit block_space(pool_options options) : options_{std::move(options)} {}
+  explicit block_space(pool_options options)
+      : options_{std::move(options)}, index_idle_{options_.release_threshold_bytes != pool_options::unlimited} {}
 
   block_arena arena;
   block_map map;
@@ -116,31 +117,35 @@ class block_space {
     b->u.waiting = {nullptr, nullptr};
   }
 
-  // ---- the idle index: whole free plain segments of the shared cache, for release ----
+  // ---- the idle index: whole free plain segments of the shared cache, kept when a release
+  // threshold is set (its trims then need no walk; without one, a release walks the segments) ----
+  [[nodiscard]] bool indexes_idle() const noexcept { return index_idle_; }
 
   /// Room for one more segment in the idle index, so that `become_idle` never allocates.
   void reserve_idle(std::size_t segments) { idle_segments_.reserve(segments); }
   [[nodiscard]] const std::vector<block*>& idle_segments() const noexcept { return idle_segments_; }
 
-  /// `inactive_split = free - idle`, folded into the statistic after each call that moves it.
-  void note_inactive_split(std::size_t allocated) noexcept {
+  /// `inactive_split = free - idle` rose by `by`: its total and peak (its current value is
+  /// computed when asked). Called where it rises on the hit path (an idle segment split, a free
+  /// that leaves its segment partly used) and after the slow paths.
+  void inactive_split_rose(std::size_t by, std::size_t allocated) noexcept {
     if constexpr (Statistics) {
-      const auto now = static_cast<std::int64_t>(reserved - allocated - pending - idle);
       stat& s = stats.inactive_split_bytes;
-      if (now > s.current) s.add(now - s.current);
-      else s.sub(s.current - now);
+      s.total += by;
+      const auto now = static_cast<std::int64_t>(reserved - allocated - pending - idle);
+      if (now > s.peak) s.peak = now;
     }
   }
 
  private:
-  void become_idle(block* b) noexcept {
+  MGM_HOT_INLINE void become_idle(block* b) noexcept {
     idle += b->size;
-    if (!b->expandable() && b->owner->capture_pool == 0) {
+    if (index_idle_ && !b->expandable() && b->owner->capture_pool == 0) {
       idle_segments_.push_back(b);  // capacity reserved when the segment was made
       b->idle_pos = static_cast<std::uint32_t>(idle_segments_.size());
     }
   }
-  void leave_idle(block* b) noexcept {
+  MGM_HOT_INLINE void leave_idle(block* b) noexcept {
     idle -= b->size;
     if (b->idle_pos != 0) {
       block* last = idle_segments_.back();
@@ -152,6 +157,7 @@ class block_space {
   }
 
   pool_options options_;
+  bool index_idle_;
   std::vector<block*> idle_segments_;
 };
 

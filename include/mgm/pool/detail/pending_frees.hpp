@@ -61,6 +61,7 @@ class pending_frees {
     b->state = block_state::pending;
     b->u.waiting = {nullptr, nullptr};
     space.pending += b->size;
+    ++waiting_;
     if (!try_enter(b, events, ops, d)) push_stuck(b);
   }
 
@@ -99,6 +100,7 @@ class pending_frees {
       }
       for (const auto& ev : e.events) events.release(ev.first);
       block* b = e.b;
+      --waiting_;
       space.pending -= b->size;
       b->free_epoch = b->owner->next_epoch();
       space.insert_free(b);
@@ -106,7 +108,7 @@ class pending_frees {
     entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(kept), entries_.end());
   }
 
-  [[nodiscard]] bool empty() const noexcept { return entries_.empty() && stuck_ == nullptr && orphans_ == nullptr; }
+  [[nodiscard]] bool empty() const noexcept { return waiting_ == 0; }
   [[nodiscard]] block* orphans() const noexcept { return orphans_; }
 
   /// A block whose free could get no slot for the freeing stream `s` (the host is out of
@@ -116,6 +118,7 @@ class pending_frees {
     b->u.waiting = {orphans_, s};
     orphans_ = b;
     space.pending += b->size;
+    ++waiting_;
   }
   /// Orphans freed on `s` are in the default stream's order from now on (the host waited for `s`).
   void orphans_forget(cudaStream_t s) noexcept {
@@ -124,6 +127,11 @@ class pending_frees {
     }
   }
   std::vector<entry>& entries() noexcept { return entries_; }
+  /// An entry made elsewhere (a forgotten stream's cache), its block already counted pending.
+  void adopt(entry&& e) noexcept {  // after entries().reserve()
+    entries_.push_back(std::move(e));
+    ++waiting_;
+  }
   const std::vector<entry>& entries() const noexcept { return entries_; }
   [[nodiscard]] block* stuck() const noexcept { return stuck_; }
   [[nodiscard]] bool uses_of(const block* b) const noexcept { return uses_.count(const_cast<block*>(b)) != 0; }
@@ -186,6 +194,7 @@ class pending_frees {
         continue;
       }
       space.pending -= b->size;
+      --waiting_;
       if (b->extra_streams != 0) {
         free_used(b, *slot, space, events, ops, d);
       } else {
@@ -213,6 +222,7 @@ class pending_frees {
   std::vector<entry> entries_;
   block* stuck_{nullptr};    // through u.waiting.next
   block* orphans_{nullptr};  // frees that could get no slot yet, through u.waiting.next
+  std::size_t waiting_{0};   // blocks in entries_, stuck_ and orphans_
   std::unordered_map<block*, std::vector<cudaStream_t>> uses_;
 };
 

@@ -126,7 +126,7 @@ struct pool_inspect {
           free_bytes += b->size;
           if (b->whole_segment()) {
             idle += b->size;
-            if (!b->expandable() && b->owner->capture_pool == 0) {
+            if (space.indexes_idle() && !b->expandable() && b->owner->capture_pool == 0) {
               ++idle_plain;
               const auto& list = space.idle_segments();
               if (b->idle_pos == 0 || b->idle_pos > list.size() || list[b->idle_pos - 1] != b) {

@@ -149,7 +149,7 @@ struct pool_slow_paths {
   static std::size_t give_back_idle(Pool& p, std::unique_lock<std::mutex>& lock, std::size_t keep) noexcept {
     std::vector<typename Pool::plain_type::victim> victims;
     try {
-      victims.reserve(p.space_.idle_segments().size());
+      victims.reserve(p.space_.indexes_idle() ? p.space_.idle_segments().size() : p.plain_.heads().size());
     } catch (...) {  // no memory for the list: give back what fits in none
     }
     p.plain_.take_idle(p.space_, keep, victims);

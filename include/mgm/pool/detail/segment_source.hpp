@@ -154,12 +154,23 @@ class segment_source {
     cudaStream_t stream;
   };
 
-  /// Takes idle segments of the shared cache out (from the idle index) until `reserved <= keep`;
-  /// they are given back by `give_back`. Never allocates beyond `out`'s reserved capacity.
+  /// Takes idle segments of the shared cache out (from the idle index when it is kept, else by a
+  /// walk) until `reserved <= keep`; they are given back by `give_back`. Never allocates beyond
+  /// `out`'s reserved capacity.
   void take_idle(block_space<Statistics>& space, std::size_t keep, std::vector<victim>& out) noexcept {
     std::size_t taken = 0;
-    while (space.reserved > keep && !space.idle_segments().empty() && out.size() < out.capacity()) {
-      block* b = space.idle_segments().back();
+    std::size_t next = 0;  // the walk's place in heads_
+    const auto next_idle = [&]() -> block* {
+      if (space.indexes_idle()) return space.idle_segments().empty() ? nullptr : space.idle_segments().back();
+      for (; next < heads_.size(); ++next) {
+        block* h = heads_[next];
+        if (h->owner != nullptr && h->whole_segment() && h->state == block_state::free) return heads_[next++];
+      }
+      return nullptr;
+    };
+    while (space.reserved > keep && out.size() < out.capacity()) {
+      block* b = next_idle();
+      if (b == nullptr) break;
       space.take_free(b);
       out.push_back({b->addr, b->size, b->owner->stream});
       forget_segment(space, b);

@@ -77,7 +77,7 @@ void pool_inspect::forget_stream(Pool& p, stream_ref stream) {
     b->owner = home;
     make_pending(p, b);
     e.events[0] = {made[next++], nullptr};
-    p.pending_.entries().push_back(std::move(e));
+    p.pending_.adopt(std::move(e));
   }
   // The host waited for the stream where it had to: those blocks only change owner.
   const auto rehome = [&](block* list) {

@@ -9,12 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 
-/// The index's three calls are the pool's hit path: always inlined, whatever the compiler's budget.
-#if defined(__GNUC__)
-#define MGM_HOT_INLINE [[gnu::always_inline]] inline
-#else
-#define MGM_HOT_INLINE inline
-#endif
 
 namespace mgm::detail {
 
@@ -128,7 +122,7 @@ class tlsf_index {
     unsigned second;
   };
   /// The class of a size of `u` units.
-  [[nodiscard]] static constexpr class_id class_of(std::size_t u) noexcept {
+  [[nodiscard]] MGM_HOT_INLINE static constexpr class_id class_of(std::size_t u) noexcept {
     if (u < classes_per_range) return {0, static_cast<unsigned>(u)};
     const unsigned m = static_cast<unsigned>(std::bit_width(u)) - 1;  // u in [2^m, 2^(m+1))
     return {m - second_bits + 1, static_cast<unsigned>((u >> (m - second_bits)) & (classes_per_range - 1))};
