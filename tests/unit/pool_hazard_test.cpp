@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 using mgm::device_id;
 using namespace std::chrono_literals;
@@ -239,4 +240,72 @@ TEST_CASE("pool: 2^31 frees on one stream, then another stream takes its block",
       raw.deallocate_async(raw.allocate_async(4 * KiB, 256, s), 4 * KiB, 256, s);
     }
   });
+}
+
+// Was finding 6: inactive_split_bytes' peak always equalled its current value and its total
+// stayed 0 (the update was written to a copy).
+TEST_CASE("pool: inactive split bytes keep their peak and total", "[pool][statistics]") {
+  judged_pool t;
+  void* p = t.pool.allocate(4 * KiB);  // splits a 2 MiB small segment: the rest is inactive
+  t.pool.deallocate(p, 4 * KiB);       // merges back: an idle segment, nothing inactive
+  const auto st = t.pool->statistics();
+  REQUIRE(st.inactive_split_bytes.current == 0);
+  REQUIRE(st.inactive_split_bytes.peak == static_cast<std::int64_t>(2 * MiB - 4 * KiB));
+  REQUIRE(st.inactive_split_bytes.total >= 2 * MiB - 4 * KiB);
+  t.require_no_hazard();
+}
+
+// Was finding 7: with a release threshold, every free above it ran a trim that walked every
+// segment. Now a trim runs only when reserved passes the threshold by an eighth, over the idle
+// segments (indexed), and takes reserved back to the threshold.
+TEST_CASE("pool: a release threshold trims only past its margin, back to the threshold", "[pool][threshold]") {
+  mgm::sim::machine m{mgm::sim::parse_device_list("8GiB"), {mgm::sim::oracle_mode::record}};
+  mgm::pool_options o = plain();
+  o.release_threshold_bytes = std::size_t{1} << 30;
+  sim_pool raw{m.allocator(device_id{0}), o};
+  mgm::sim::judged pool{m, raw};
+  std::vector<void*> live;
+  for (int i = 0; i < 200; ++i) live.push_back(pool.allocate(12 * MiB));  // 200 segments, 2.4 GiB
+  void* keep = pool.allocate(4 * KiB);
+  for (int i = 0; i < 1000; ++i) pool.deallocate(pool.allocate(4 * KiB), 4 * KiB);  // nothing idle: no trim
+  REQUIRE(raw.statistics().upstream_frees == 0);
+  for (int i = 0; i < 150; ++i) {
+    pool.deallocate(live.back(), 12 * MiB);
+    live.pop_back();
+  }
+  const std::size_t reserved = raw.reserved_bytes();
+  REQUIRE(reserved <= (std::size_t{1} << 30) + (std::size_t{1} << 27));  // at most threshold + margin
+  REQUIRE(reserved >= (std::size_t{1} << 30) - 12 * MiB);
+  REQUIRE(raw.statistics().upstream_frees > 0);
+  raw.check_invariants();
+  pool.deallocate(keep, 4 * KiB);
+  for (void* p : live) pool.deallocate(p, 12 * MiB);
+  REQUIRE(m.hazards().empty());
+}
+
+// Was finding 8: while record_stream blocks were pending, every allocation queried every pending
+// event. Processing now stops at each stream's first incomplete event (events on a stream
+// complete in order), as PyTorch's caching allocator does.
+TEST_CASE("pool: pending frees are queried up to each stream's first incomplete event", "[pool][pending]") {
+  judged_pool t;
+  const device_id d{0};
+  const auto s1 = t.m.create_stream(d);
+  const auto s2 = t.m.create_stream(d);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 50; ++i) blocks.push_back(t.pool.allocate_async(64 * KiB, 256, s1));
+  for (void* p : blocks) t.pool.record_stream(p, s2);
+  t.m.enqueue(s2, 1ms);  // s2's work runs: every event recorded on it at the frees is pending
+  for (void* p : blocks) t.pool.deallocate_async(p, 64 * KiB, 256, s1);
+  REQUIRE(t.pool->statistics().active_bytes.current == static_cast<std::int64_t>(50 * 64 * KiB));
+  const auto queries = [&] { return t.m.modelled(d).count(mgm::sim::driver_call::event_query); };
+  const auto before = queries();
+  void* q = t.pool.allocate_async(64 * KiB, 256, s1);
+  REQUIRE(queries() - before == 1);  // the first of s2's events only
+  t.pool.deallocate_async(q, 64 * KiB, 256, s1);
+  t.m.advance(d, 1ms);  // s2 is done: every pending block comes back at the next allocation
+  void* r = t.pool.allocate_async(64 * KiB, 256, s1);
+  REQUIRE(t.pool->statistics().active_bytes.current == static_cast<std::int64_t>(64 * KiB));
+  t.pool.deallocate_async(r, 64 * KiB, 256, s1);
+  t.pool->check_invariants();
+  t.require_no_hazard();
 }
