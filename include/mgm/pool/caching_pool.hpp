@@ -112,17 +112,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
         space_{validated(std::move(options))},
         cache_{ops_, device_},
         expand_{upstream_, device_, space_.options()} {
-    round_mask_ = space_.options().round_bytes - 1;
-    const std::size_t threshold = space_.options().release_threshold_bytes;
-    margin_ = threshold / 8;
-    trim_at_ = threshold > pool_options::unlimited - margin_ ? pool_options::unlimited : threshold + margin_;
-    registration_ = telemetry::pool_registration{device_, telemetry::simulated_ops<stream_ops_type>, [this] {
-      const pool_statistics s = statistics();
-      telemetry::pool_figures f;
-      if constexpr (Statistics) f.allocated = static_cast<std::uint64_t>(s.allocated_bytes.current);
-      f.reserved = static_cast<std::uint64_t>(s.reserved_bytes.current);
-      return f;
-    }};
+    detail::pool_inspect::init(*this);  // the threshold's margin, the telemetry registration
   }
   caching_pool(const caching_pool&) = delete;
   caching_pool& operator=(const caching_pool&) = delete;
@@ -283,19 +273,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   /// @brief The statistics (all zero when `Statistics` is false, except `reserved_bytes.current`).
   [[nodiscard]] pool_statistics statistics() const {
     const std::lock_guard lock{mutex_};
-    pool_statistics s = space_.stats;
-    s.reserved_bytes.current = static_cast<std::int64_t>(space_.reserved);
-    if constexpr (Statistics) {
-      s.active_bytes.current = s.allocated_bytes.current + static_cast<std::int64_t>(space_.pending);
-      s.active_bytes.peak = std::max(s.active_bytes.peak, s.allocated_bytes.peak);
-      s.active_bytes.total = s.allocated_bytes.total;
-      s.cache_hits = s.allocations.total - s.cache_misses;
-      const auto inactive = static_cast<std::int64_t>(space_.reserved - space_.pending - space_.idle) -
-                            s.allocated_bytes.current;  // exact now; peak and total as of the last change
-      s.inactive_split_bytes.current = inactive;
-      s.inactive_split_bytes.peak = std::max(s.inactive_split_bytes.peak, inactive);
-    }
-    return s;
+    return detail::pool_inspect::statistics(*this);
   }
   /// @brief Every segment and block: address, size, state, stream, tag.
   [[nodiscard]] pool_snapshot snapshot() const {

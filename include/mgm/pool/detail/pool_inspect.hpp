@@ -12,7 +12,10 @@
 #include <mgm/pool/detail/block.hpp>
 #include <mgm/pool/detail/capture_pools.hpp>
 #include <mgm/pool/oom_info.hpp>
+#include <mgm/pool/pool_options.hpp>
 #include <mgm/pool/pool_snapshot.hpp>
+#include <mgm/pool/pool_statistics.hpp>
+#include <mgm/telemetry/pool_registry.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -38,6 +41,39 @@ struct pool_inspect {
     p.cache_.slots().for_each(fn);
     for (const auto& s : p.cache_.retired()) fn(*s);
     p.captures_.for_each([&](const private_pool& pp) { pp.slots.for_each(fn); });
+  }
+
+  template <class Pool>
+  static void init(Pool& p) {
+    p.round_mask_ = p.space_.options().round_bytes - 1;
+    const std::size_t threshold = p.space_.options().release_threshold_bytes;
+    p.margin_ = threshold / 8;
+    p.trim_at_ = threshold > pool_options::unlimited - p.margin_ ? pool_options::unlimited : threshold + p.margin_;
+    p.registration_ = telemetry::pool_registration{p.device_, telemetry::simulated_ops<typename Pool::stream_ops_type>, [&p] {
+      const pool_statistics s = p.statistics();
+      telemetry::pool_figures f;
+      if constexpr (Pool::statistics_enabled) f.allocated = static_cast<std::uint64_t>(s.allocated_bytes.current);
+      f.reserved = static_cast<std::uint64_t>(s.reserved_bytes.current);
+      return f;
+    }};
+  }
+
+  template <class Pool>
+  static pool_statistics statistics(const Pool& p) {
+    const auto& space = p.space_;
+    pool_statistics s = space.stats;
+    s.reserved_bytes.current = static_cast<std::int64_t>(space.reserved);
+    if constexpr (Pool::statistics_enabled) {
+      s.active_bytes.current = s.allocated_bytes.current + static_cast<std::int64_t>(space.pending);
+      s.active_bytes.peak = std::max(s.active_bytes.peak, s.allocated_bytes.peak);
+      s.active_bytes.total = s.allocated_bytes.total;
+      s.cache_hits = s.allocations.total - s.cache_misses;
+      const auto inactive = static_cast<std::int64_t>(space.reserved - space.pending - space.idle) -
+                            s.allocated_bytes.current;  // exact now; peak and total as of its rises
+      s.inactive_split_bytes.current = inactive;
+      s.inactive_split_bytes.peak = std::max(s.inactive_split_bytes.peak, inactive);
+    }
+    return s;
   }
 
   template <class Pool>
