@@ -236,6 +236,39 @@ TEST_CASE("expandable segments on the real driver: granules mapped, written, unm
   REQUIRE(after.free_bytes + (std::size_t{4} << 20) >= before.free_bytes);  // the driver got it back
 }
 
+// A capture in the default global mode: the pool takes its private segment under the relaxed
+// mode (a plain cudaMalloc would invalidate the capture), the graph replays into its own memory,
+// and the memory comes back only after the graph is destroyed and the pool released.
+TEST_CASE("a CUDA graph capture allocates from a private pool on the real driver", "[gpu][pool][graph]") {
+  const mgm::device_id d{0};
+  mgm::caching_pool<mgm::cuda_allocator> pool{mgm::cuda_allocator{d}, mgm::pool_options{}};
+  stream_holder s;
+  void* warm = pool.allocate_async(std::size_t{1} << 20, 256, mgm::stream_ref{s.s});
+  pool.deallocate_async(warm, std::size_t{1} << 20, 256, mgm::stream_ref{s.s});
+  REQUIRE(cudaStreamBeginCapture(s.s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  REQUIRE(pool.stream_ops().capture_id(mgm::stream_ref{s.s}) != 0);
+  void* g = pool.allocate_async(std::size_t{1} << 20, 256, mgm::stream_ref{s.s});
+  REQUIRE(g != warm);  // the capture's own memory
+  REQUIRE(cudaMemsetAsync(g, 1, std::size_t{1} << 20, s.s) == cudaSuccess);
+  pool.deallocate_async(g, std::size_t{1} << 20, 256, mgm::stream_ref{s.s});
+  const mgm::capture_pool_id id = pool.capture_pool_of(mgm::stream_ref{s.s});
+  cudaGraph_t graph{};
+  REQUIRE(cudaStreamEndCapture(s.s, &graph) == cudaSuccess);  // not invalidated
+  cudaGraphExec_t exec{};
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  void* ordinary = pool.allocate_async(std::size_t{1} << 20, 256, mgm::stream_ref{s.s});
+  REQUIRE(ordinary == warm);  // the shared cache's block, never the graph's
+  REQUIRE(cudaGraphLaunch(exec, s.s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s.s) == cudaSuccess);
+  pool.deallocate_async(ordinary, std::size_t{1} << 20, 256, mgm::stream_ref{s.s});
+  REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+  const auto reserved = pool.reserved_bytes();
+  pool.release_capture_pool(id);
+  REQUIRE(pool.reserved_bytes() < reserved);
+  pool.check_invariants();
+}
+
 TEST_CASE("NVML on the real driver joins every CUDA device by bus id", "[gpu][telemetry]") {
   std::string why;
   auto lib = mgm::telemetry::nvml_library::acquire(&why);

@@ -107,8 +107,10 @@ class segment_source {
     lock.unlock();
     void* p = nullptr;
     try {
+      // For a capture: a synchronous allocation (cudaMalloc, never a node of the graph).
       const relaxed_capture<stream_ops_type> relaxed{ops, capturing};
-      p = upstream.allocate_async(seg, cuda_allocation_alignment, stream);
+      p = capturing ? upstream.allocate(seg, cuda_allocation_alignment)
+                    : upstream.allocate_async(seg, cuda_allocation_alignment, stream);
     } catch (const out_of_memory&) {
       p = nullptr;
     } catch (...) {
@@ -123,7 +125,11 @@ class segment_source {
       space.reserve_idle(heads_.size() + 1);
     } catch (...) {
       lock.unlock();
-      upstream.deallocate_async(p, seg, cuda_allocation_alignment, stream);
+      if (capturing) {
+        upstream.deallocate(p, seg, cuda_allocation_alignment);
+      } else {
+        upstream.deallocate_async(p, seg, cuda_allocation_alignment, stream);
+      }
       lock.lock();
       throw;
     }
