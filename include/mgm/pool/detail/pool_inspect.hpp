@@ -35,6 +35,16 @@ struct pool_inspect {
     return out;
   }
 
+  /// Calls `fn` on every segment head, without allocating.
+  template <class Pool, class Fn>
+  static void for_each_head(const Pool& p, Fn&& fn) {
+    for (const block* h : p.plain_.heads()) fn(h);
+    p.captures_.for_each([&](const private_pool& pp) {
+      for (const block* h : pp.segments) fn(h);
+    });
+    for (const auto& e : p.expand_.segments()) fn(e->head);
+  }
+
   /// Every slot: shared, retired, private.
   template <class Pool, class Fn>
   static void for_each_slot(const Pool& p, Fn&& fn) {

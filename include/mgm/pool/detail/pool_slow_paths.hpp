@@ -85,6 +85,12 @@ struct pool_slow_paths {
   /// during a capture.
   template <class Pool>
   static void free_slow(Pool& p, std::unique_lock<std::mutex>& lock, block* b, stream_ref stream, std::uint64_t capture) noexcept {
+    // A block of a forgotten stream's slot gives it up when it gets another owner (an orphan or
+    // a block held without a slot keeps it).
+    stream_slot* const old = b->owner;
+    const auto left_old = [&] {
+      if (old->stream == retired_stream()) p.cache_.release_retired(old);
+    };
     private_pool* pool = nullptr;
     if (b->owner->capture_pool != 0) pool = p.captures_.find(b->owner->capture_pool);
     if (capture != 0) {
@@ -100,7 +106,10 @@ struct pool_slow_paths {
         // At the release a shared block joins the freeing stream's cache (else the allocating
         // one's); a private pool's block goes back to its own pool.
         if (pool == nullptr) {
-          if (stream_slot* home = p.cache_.slots().slot_for_free(stream.get()); home != nullptr) b->owner = home;
+          if (stream_slot* home = p.cache_.slots().slot_for_free(stream.get()); home != nullptr) {
+            b->owner = home;
+            left_old();
+          }
         }
         pool_inspect::make_pending(p, b);
         return holder->hold(b);
@@ -109,6 +118,7 @@ struct pool_slow_paths {
     slot_set& slots = pool != nullptr ? pool->slots : p.cache_.slots();
     stream_slot* slot = slots.slot_for_free(stream.get());
     if (slot == nullptr) return p.pending_.add_orphan(b, stream.get(), p.space_);  // never reused early
+    left_old();
     if (b->extra_streams != 0) return p.pending_.free_used(b, *slot, p.space_, p.cache_.events(), p.ops_, p.device_);
     b->owner = slot;
     b->free_epoch = slot->next_epoch();

@@ -40,6 +40,7 @@ struct stream_slot {
   bool event_recorded{false};
   bool event_complete{false};
   std::uint64_t capture_pool{0};  ///< 0: the shared cache; else the private pool it belongs to
+  std::size_t retired_refs{0};    ///< retired: the allocated blocks that still name it
 
   tlsf_index& index(bool is_small) noexcept { return is_small ? small : large; }
   tlsf_index& unmapped_index(bool is_small) noexcept { return is_small ? unmapped_small : unmapped_large; }
@@ -255,13 +256,21 @@ class stream_cache {
     }
   }
 
-  /// Moves a forgotten stream's slot out of the shared cache (its allocated blocks still name it).
-  void retire(stream_slot* slot) noexcept {  // after retired_reserve()
+  /// Moves a forgotten stream's slot out of the shared cache; it lives while `refs` allocated
+  /// blocks still name it (their frees give it up: `release_retired`).
+  void retire(stream_slot* slot, std::size_t refs) noexcept {  // after retired_reserve()
     if (slot->event >= 0) events_.release(slot->event);
     slot->event = -1;
     slot->event_recorded = false;
     slot->stream = retired_stream();
+    slot->retired_refs = refs;
     retired_.push_back(slots_.extract(slot));
+    if (refs == 0) retired_.pop_back();
+  }
+  /// A block that named the retired `slot` has another owner now.
+  void release_retired(stream_slot* slot) noexcept {
+    if (--slot->retired_refs != 0) return;
+    std::erase_if(retired_, [&](const auto& s) { return s.get() == slot; });
   }
   void retired_reserve() { retired_.reserve(retired_.size() + 1); }
 

@@ -90,7 +90,11 @@ void pool_inspect::forget_stream(Pool& p, stream_ref stream) {
   rehome(p.quarantine_);
   p.captures_.for_each([&](const private_pool& pp) { rehome(pp.held); });
   p.expand_.rehome(p.space_, gone, home);
-  p.cache_.retire(gone);
+  std::size_t refs = 0;  // allocated blocks still name the slot: it lives until they are freed
+  for_each_head(p, [&](const block* head) {
+    for (const block* b = head; b != nullptr; b = b->next) refs += b->owner == gone ? 1 : 0;
+  });
+  p.cache_.retire(gone, refs);
 }
 
 }  // namespace mgm::detail
