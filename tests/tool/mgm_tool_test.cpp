@@ -336,3 +336,47 @@ TEST_CASE("mgm replay: replay_result JSON, devices in parallel, async needs a GP
   CHECK(bad.rc == 2);
   CHECK(bad.err.find("bad.csv:2") != std::string::npos);
 }
+
+// Issue 15, "Inputs that must be refused": each with a clear message (exit 1 for usage, 2 for
+// bad input), and no message shows a source file's path.
+TEST_CASE("mgm refuses bad input with a clear message, never a source path", "[tool]") {
+  const auto dir = scratch();
+  const std::string trace = (dir / "tiny.csv").string();
+  std::ofstream{trace} << tiny_trace;
+  const std::string log = (dir / "refused.csv").string();
+  struct refusal {
+    std::string args;
+    int rc;
+    std::string says;
+  };
+  const std::vector<refusal> cases{
+      {"--sim pcie-4gpu-mixed plan --items 100 --bytes-per-item 1MiB --granularity -1", 1, "--granularity: '-1' is not a whole number"},
+      {"--sim pcie-4gpu-mixed plan --items -5 --bytes-per-item 1MiB", 1, "--items: '-5' is not a whole number"},
+      {"--sim dgx-h100 log --count -1 -o '" + log + "'", 1, "--count: '-1' is not a whole number"},
+      {"--sim dgx-h100 log --count 0 --interval 1ms -o '" + log + "'", 1, "--count: must be at least 1"},
+      {"--sim dgx-h100 log --interval 3000000h --count 1 -o '" + log + "'", 2, "too long"},
+      {"--sim pcie-4gpu-mixed plan --items 100 --bytes-per-item 0", 2, "--bytes-per-item must be more than 0"},
+      {"--sim dgx-h100 replay --devices 0 '" + trace + "'", 1, "--devices: must be at least 1, not 0"},
+      {"--sim dgx-h100 replay --iterations 0 '" + trace + "'", 1, "--iterations: must be at least 1"},
+      {"--sim pcie-4gpu-mixed plan --items 100 --bytes-per-item 1MiB --granularity 0", 1, "--granularity: must be at least 1"},
+      {"--sim foo status", 2, "unknown preset (the presets: dgx1-v100"},
+      {"--sim '" + dir.string() + "' status", 2, "a directory, not a topology file"},
+      {"leak '" + dir.string() + "'", 2, "a directory, not a file"},
+      {"plot '" + dir.string() + "' -o x.svg", 2, "a directory, not a file"},
+      {"--sim dgx-h100 replay '" + dir.string() + "'", 2, "a directory, not a file"},
+      {"topo --file '" + dir.string() + "'", 2, "a directory, not a file"},
+      {"leak '" + (dir / "absent.csv").string() + "'", 2, "no such file"},
+      // Without --sim and without a GPU, cudaMallocAsync cannot run: exit 3, as status; with --sim, 2.
+      {"replay --allocator async '" + trace + "'", 3, "no GPU can be used"},
+      {"--sim dgx-h100 replay --allocator async '" + trace + "'", 2, "it needs a GPU"},
+  };
+  for (const auto& c : cases) {
+    const auto r = run_mgm(c.args);
+    INFO("mgm " << c.args << "\n" << r.err);
+    CHECK(r.rc == c.rc);
+    CHECK(r.err.find(c.says) != std::string::npos);
+    CHECK(r.err.find(".cpp") == std::string::npos);
+    CHECK(r.err.find(".hpp") == std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(log));  // refused before anything was written
+}

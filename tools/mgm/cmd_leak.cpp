@@ -33,6 +33,7 @@ void add_log_options(CLI::App* cmd, log_options& o) {
 }
 
 tel::gpu_log read_log(const std::string& path, const log_options& o) {
+  require_file(path);
   tel::log_read_options ro;
   ro.strict = o.strict;
   ro.assumed_interval = parse_duration(o.interval);

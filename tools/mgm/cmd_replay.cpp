@@ -44,8 +44,8 @@ void add_replay(CLI::App& app, context& ctx) {
       ->delimiter(',')
       ->check(CLI::IsMember({"pool", "direct", "cub", "pmr", "async"}))
       ->capture_default_str();
-  cmd->add_option("--devices", o->devices, "Devices replaying the trace at once, one thread each")->check(CLI::PositiveNumber);
-  cmd->add_option("--iterations", o->iterations, "Times each trace is replayed")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--devices", o->devices, "Devices replaying the trace at once, one thread each")->check(count_at_least(1));
+  cmd->add_option("--iterations", o->iterations, "Times each trace is replayed")->check(count_at_least(1))->capture_default_str();
   auto* cap = cmd->add_option("--capacity", o->capacity, "Simulated device memory (default: the --sim machine's, else 80GiB)");
   cmd->add_flag("--fit", o->fit, "Search the smallest capacity (2 MiB steps) that runs the trace")->excludes(cap);
   cmd->add_option("--cost-model", o->cost_model,
@@ -67,6 +67,9 @@ void add_replay(CLI::App& app, context& ctx) {
                                            std::to_string(available) + " GPU" + (available == 1 ? "" : "s")};
     }
     for (const auto& a : o->allocators) {
+      if (!on_gpu && a == "async" && !ctx.simulated()) {
+        no_gpu("--allocator async is cudaMallocAsync: it needs a GPU; the simulator (--sim) has pool, direct, cub and pmr");
+      }
       if (!on_gpu && a == "async") {
         throw tool_error{exit_bad_input, "--allocator async is cudaMallocAsync: it needs a GPU (the simulator has pool, "
                                          "direct, cub and pmr)"};
@@ -82,6 +85,7 @@ void add_replay(CLI::App& app, context& ctx) {
 
     std::vector<mgm::compiled_trace> traces;
     for (const auto& path : o->traces) {
+      require_file(path);
       try {
         auto t = mgm::read_rmm_csv_file(path);
         t.name = std::filesystem::path{path}.filename().string();

@@ -132,7 +132,8 @@ void add_log(CLI::App& app, context& ctx) {
   auto o = std::make_shared<options>();
   cmd->add_option("-o,--output", o->output, "The log file (replaced)")->required();
   cmd->add_option("--interval", o->interval, "Time between samples: 5s, 500ms, 1m")->capture_default_str();
-  auto* count = cmd->add_option("--count", o->count, "Stop after N samples");
+  auto* count = cmd->add_option("--count", o->count, "Stop after N samples (leave it out to log until Ctrl-C)")
+                    ->check(count_at_least(1));
   cmd->add_option("--duration", o->duration, "Stop after this long: 10m, 2h")->excludes(count);
   cmd->add_option("--format", o->format, "csv (nvidia-smi --query-gpu form), jsonl, or prom (the file holds the latest sample)")
       ->check(CLI::IsMember({"csv", "jsonl", "prom"}))

@@ -116,7 +116,7 @@ void add_plan(CLI::App& app, context& ctx) {
     std::size_t granularity{1};
   };
   auto o = std::make_shared<options>();
-  cmd->add_option("--items", o->items, "How many items (samples, layers, shards)")->required();
+  cmd->add_option("--items", o->items, "How many items (samples, layers, shards)")->required()->check(count_at_least(0));
   cmd->add_option("--bytes-per-item", o->bytes_per_item, "Memory one item needs: 512MiB, 1.5GiB, 4096")->required();
   cmd->add_option("--policy", o->policy, "memory (by free memory), throughput (by --throughput), equal")
       ->check(CLI::IsMember({"memory", "throughput", "equal"}))
@@ -124,7 +124,8 @@ void add_plan(CLI::App& app, context& ctx) {
   cmd->add_option("--reserve", o->reserve, "Memory kept free on every GPU")->capture_default_str();
   cmd->add_option("--overhead", o->overhead, "Memory needed once per GPU whatever the count (a model replica)");
   cmd->add_option("--throughput", o->throughput, "Items per second of each GPU, relative (one per GPU)")->delimiter(',');
-  cmd->add_option("--granularity", o->granularity, "Counts are multiples of this (not the last device's)");
+  cmd->add_option("--granularity", o->granularity, "Counts are multiples of this (not the last device's)")
+      ->check(count_at_least(1));
   cmd->footer("Example: mgm --sim pcie-4gpu-mixed plan --items 50000 --bytes-per-item 1MiB --reserve 2GiB");
   cmd->callback([&ctx, o] {
     const machine_view v = view_of(ctx);
@@ -135,6 +136,7 @@ void add_plan(CLI::App& app, context& ctx) {
     } catch (const std::exception& e) {
       throw tool_error{exit_bad_input, "--bytes-per-item: " + std::string{e.what()}};
     }
+    if (r.bytes_per_item == 0) throw tool_error{exit_bad_input, "--bytes-per-item must be more than 0 bytes"};
     r.granularity = o->granularity;
     r.policy = o->policy == "memory" ? mgm::partition_policy::memory
                : o->policy == "throughput" ? mgm::partition_policy::throughput

@@ -5,6 +5,7 @@
 #include <mgm/error.hpp>
 #include <mgm/topology/topology.hpp>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -18,7 +19,31 @@
 
 namespace mgm_tool {
 
+std::string for_people(const std::string& what) {
+  // mgm::logic_error's text ends " at /path/file.cpp:123": the place is for developers.
+  const std::size_t at = what.rfind(" at ");
+  if (at == std::string::npos) return what;
+  const std::string place = what.substr(at + 4);
+  const std::size_t colon = place.rfind(':');
+  const bool is_place = colon != std::string::npos && colon + 1 < place.size() &&
+                        place.find_first_not_of("0123456789", colon + 1) == std::string::npos &&
+                        (place.find('/') != std::string::npos || place.find(".cpp") != std::string::npos ||
+                         place.find(".hpp") != std::string::npos);
+  return is_place ? what.substr(0, at) : what;
+}
+
+void require_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) throw tool_error{exit_bad_input, path + ": no such file"};
+  if (std::filesystem::is_directory(st)) throw tool_error{exit_bad_input, path + ": a directory, not a file"};
+  if (!std::filesystem::is_regular_file(st) && !std::filesystem::is_fifo(st) && !std::filesystem::is_character_file(st)) {
+    throw tool_error{exit_bad_input, path + ": not a regular file"};
+  }
+}
+
 mgm::sim::machine make_sim_machine(const std::string& what) {
+  if (std::filesystem::is_directory(what)) throw tool_error{exit_bad_input, "--sim " + what + ": a directory, not a topology file"};
   if (std::filesystem::is_regular_file(what)) {
     const std::string text = read_file(what);
     mgm::topology links = [&] {
@@ -42,6 +67,20 @@ mgm::sim::machine make_sim_machine(const std::string& what) {
     }
     return mgm::sim::machine{std::move(specs), std::move(links),
                              std::filesystem::path{what}.filename().string()};
+  }
+  // Not a file, and no digit to start a device list: a preset's name, or a mistyped one.
+  if (what.empty() || std::isdigit(static_cast<unsigned char>(what.front())) == 0) {
+    bool known = false;
+    std::string names;
+    for (const auto n : mgm::sim::machine::preset_names()) {
+      known = known || n == what;
+      names += (names.empty() ? "" : ", ") + std::string{n};
+    }
+    if (!known) {
+      throw tool_error{exit_bad_input, "--sim " + what + ": unknown preset (the presets: " + names +
+                                           "); or give a device list such as 4x80GiB or 2x24GiB:RTX 4090, or a "
+                                           "topology file"};
+    }
   }
   try {
     return mgm::sim::machine::from_string(what);
@@ -70,9 +109,11 @@ std::chrono::duration<double> parse_duration(const std::string& text) {
   else if (unit == "ms") scale = 1e-3;
   else if (unit == "m" || unit == "min") scale = 60;
   else if (unit == "h") scale = 3600;
+  else if (unit == "d") scale = 86400;
   if (used == 0 || scale < 0 || !std::isfinite(v) || v < 0) {
-    throw tool_error{exit_bad_input, "'" + text + "' is not a duration (write 5s, 500ms, 10m or 1h)"};
+    throw tool_error{exit_bad_input, "'" + text + "' is not a duration (write 5s, 500ms, 10m, 1h or 2d)"};
   }
+  if (v * scale > 366.0 * 86400) throw tool_error{exit_bad_input, "'" + text + "' is too long (at most a year)"};
   return std::chrono::duration<double>{v * scale};
 }
 
@@ -81,6 +122,7 @@ std::string size_or_dash(const std::optional<std::uint64_t>& bytes) {
 }
 
 std::string read_file(const std::string& path) {
+  require_file(path);
   std::ifstream in{path, std::ios::binary};
   if (!in) throw tool_error{exit_bad_input, "cannot read " + path};
   std::ostringstream s;
@@ -117,20 +159,20 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? exit_ok : exit_usage;
   } catch (const tool_error& e) {
-    std::fprintf(stderr, "mgm: %s\n", e.what());
+    std::fprintf(stderr, "mgm: %s\n", for_people(e.what()).c_str());
     return e.exit_code;
   } catch (const mgm::parse_error& e) {
-    std::fprintf(stderr, "mgm: line %zu: %s\n", e.line(), e.what());
+    std::fprintf(stderr, "mgm: line %zu: %s\n", e.line(), for_people(e.what()).c_str());
     return exit_bad_input;
   } catch (const mgm::cuda_error& e) {
-    std::fprintf(stderr, "mgm: %s\n", e.what());
+    std::fprintf(stderr, "mgm: %s\n", for_people(e.what()).c_str());
     const bool no_gpu = e.code() == cudaErrorNoDevice || e.code() == cudaErrorInsufficientDriver;
     return no_gpu ? exit_no_gpu : exit_bad_input;
   } catch (const mgm::logic_error& e) {
-    std::fprintf(stderr, "mgm: %s\n", e.what());
+    std::fprintf(stderr, "mgm: %s\n", for_people(e.what()).c_str());
     return exit_bad_input;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mgm: %s\n", e.what());
+    std::fprintf(stderr, "mgm: %s\n", for_people(e.what()).c_str());
     return exit_bad_input;
   }
   return exit_ok;

@@ -25,6 +25,31 @@ struct tool_error : std::runtime_error {
   int exit_code;
 };
 
+/// @brief A count option: a whole number from `min` up, never negative (CLI11 would wrap -1 around
+/// for an unsigned option). Its failure is a usage error (exit 1).
+inline CLI::Validator count_at_least(unsigned long long min) {
+  return CLI::Validator{[min](std::string& text) -> std::string {
+                          std::size_t used = 0;
+                          unsigned long long v = 0;
+                          const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+                          try {
+                            v = digits ? std::stoull(text, &used) : 0;
+                          } catch (...) {
+                            return "'" + text + "' is too large";
+                          }
+                          if (!digits) return "'" + text + "' is not a whole number of " + std::to_string(min) + " or more";
+                          if (v < min) return "must be at least " + std::to_string(min) + ", not " + text;
+                          return {};
+                        },
+                        "INT>=" + std::to_string(min)};
+}
+
+/// @brief A message for people: an internal error's " at FILE:LINE" suffix taken off.
+std::string for_people(const std::string& what);
+
+/// @brief `path` is a readable regular file. @throws tool_error (exit 2) saying what it is instead.
+void require_file(const std::string& path);
+
 /// @brief The global options.
 struct context {
   std::string sim;  ///< `--sim PRESET|DEVICE_LIST|TOPOLOGY_FILE`; empty: the real machine
