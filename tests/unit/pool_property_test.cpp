@@ -306,7 +306,13 @@ void cross_side(mgm::sim::machine& m, mgm::sim::judged<sim_pool>& pool, mgm::str
   };
   for (int i = 0; i < ops; ++i) {
     const std::size_t bytes = 8 * (1 + rng() % (rng() % 4 == 0 ? 256 * 1024 : 512));
-    void* p = pool.allocate_async(bytes, 256, mine);
+    void* p = nullptr;
+    {
+      // An allocation may make `mine` wait for the peer's stream (a steal), which moves `mine`'s
+      // tail: not while the peer is ordering a free after it. Frees and record_stream stay concurrent.
+      const std::lock_guard quiet{work};
+      p = pool.allocate_async(bytes, 256, mine);
+    }
     const std::uint64_t canary = rng();
     write_canaries(p, bytes, canary);
     {
