@@ -176,15 +176,22 @@ outcome run(std::uint64_t seed, int steps, std::uint64_t fail_host, std::uint64_
   return out;
 }
 
-}  // namespace
+constexpr int steps = 600;
 
-TEST_CASE("pool failure: every host allocation in turn fails, and the pool stays whole", "[pool][failure]") {
-  const std::uint64_t seed = 20261201;
-  const int steps = 600;
+// The trace without failures: it holds, fails nothing, and says how many allocations to fail.
+outcome clean_run(std::uint64_t seed) {
   const outcome clean = run(seed, steps, 0, 0);
   INFO(clean.broken);
   REQUIRE(clean.broken.empty());
   REQUIRE(clean.failures == 0);
+  return clean;
+}
+
+}  // namespace
+
+TEST_CASE("pool failure: every host allocation in turn fails, and the pool stays whole", "[pool][failure]") {
+  const std::uint64_t seed = 20261201;
+  const outcome clean = clean_run(seed);
   REQUIRE(clean.host_allocations > 20);  // the trace reaches the pool's allocating paths
   int failed_calls = 0;
   for (std::uint64_t k = 1; k <= clean.host_allocations; ++k) {
@@ -200,10 +207,7 @@ TEST_CASE("pool failure: every host allocation in turn fails, and the pool stays
 
 TEST_CASE("pool failure: every upstream allocation in turn fails, and the pool stays whole", "[pool][failure]") {
   const std::uint64_t seed = 20261202;
-  const int steps = 600;
-  const outcome clean = run(seed, steps, 0, 0);
-  INFO(clean.broken);
-  REQUIRE(clean.broken.empty());
+  const outcome clean = clean_run(seed);
   REQUIRE(clean.upstream_allocations > 5);
   for (std::uint64_t k = 1; k <= clean.upstream_allocations; ++k) {
     const outcome o = run(seed, steps, 0, k);

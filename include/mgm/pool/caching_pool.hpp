@@ -133,7 +133,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     const bool small = size <= space_.options().small_request_bytes;
     detail::block* b = slot.index(small).find(size);
     if (b != nullptr && acceptable(b, size)) [[likely]] {
-      prepare(b, size);
+      prepare();
       space_.take_free(b);
     } else {
       b = detail::pool_slow_paths::allocate_slow(*this, lock, slot, size, small, stream);
@@ -329,13 +329,13 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
                                               : rest > space_.options().small_request_bytes);
   }
   /// What `hand_out` needs, made before the block leaves its index: then it cannot fail.
-  MGM_HOT_INLINE void prepare(const detail::block* /*b*/, std::size_t /*size*/) {
+  MGM_HOT_INLINE void prepare() {
     space_.map.reserve_one();
     space_.arena.reserve(1);  // for a split: a compare, cheaper than deciding the split twice
   }
-  void prepare_or_put_back(detail::block* b, std::size_t size) {
+  void prepare_or_put_back(detail::block* b) {
     try {
-      prepare(b, size);
+      prepare();
     } catch (...) {
       space_.insert_free(b);
       throw;

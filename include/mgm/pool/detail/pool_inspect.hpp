@@ -26,15 +26,6 @@
 namespace mgm::detail {
 
 struct pool_inspect {
-  /// Every segment head: plain (shared and private) and expandable.
-  template <class Pool>
-  static std::vector<const block*> heads(const Pool& p) {
-    std::vector<const block*> out(p.plain_.heads().begin(), p.plain_.heads().end());
-    p.captures_.for_each([&](const private_pool& pp) { out.insert(out.end(), pp.segments.begin(), pp.segments.end()); });
-    for (const auto& e : p.expand_.segments()) out.push_back(e->head);
-    return out;
-  }
-
   /// Calls `fn` on every segment head, without allocating.
   template <class Pool, class Fn>
   static void for_each_head(const Pool& p, Fn&& fn) {
@@ -90,7 +81,7 @@ struct pool_inspect {
   static pool_snapshot snapshot(const Pool& p) {
     pool_snapshot snap;
     snap.device = p.device_.value();
-    for (const block* head : heads(p)) {
+    for_each_head(p, [&](const block* head) {
       segment_snapshot seg{head->addr, 0, head->small != 0, head->expandable(), {}};
       for (const block* b = head; b != nullptr; b = b->next) {
         block_snapshot bs;
@@ -107,7 +98,7 @@ struct pool_inspect {
         seg.blocks.push_back(std::move(bs));
       }
       snap.segments.push_back(std::move(seg));
-    }
+    });
     std::sort(snap.segments.begin(), snap.segments.end(),
               [](const segment_snapshot& a, const segment_snapshot& b) { return a.address < b.address; });
     return snap;
@@ -149,7 +140,7 @@ struct pool_inspect {
     const auto& space = p.space_;
     std::size_t mapped = 0, allocated = 0, free_bytes = 0, unmapped = 0, pending = 0, idle = 0;
     std::size_t allocated_count = 0, idle_plain = 0;
-    for (const block* head : heads(p)) {
+    for_each_head(p, [&](const block* head) {
       if (head->prev != nullptr) fail("a segment head has a neighbour below");
       for (const block* b = head; b != nullptr; b = b->next) {
         if (b->next != nullptr && (b->next->prev != b || b->addr + b->size != b->next->addr)) {
@@ -186,7 +177,7 @@ struct pool_inspect {
           }
         }
       }
-    }
+    });
     std::size_t indexed = 0, indexed_unmapped = 0;
     for_each_slot(p, [&](const stream_slot& slot) {
       for (const tlsf_index* index : {&slot.small, &slot.large}) {

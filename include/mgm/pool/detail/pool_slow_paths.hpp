@@ -28,14 +28,14 @@ struct pool_slow_paths {
                                bool small, stream_ref stream) {
     p.cache_.slots().prepare();  // a spare slot for a free on a new stream, if an earlier one failed
     if (block* b = slot.index(small).scan(size); b != nullptr && p.acceptable(b, size)) {
-      p.prepare(b, size);
+      p.prepare();
       p.space_.take_free(b);
       return b;
     }
     const auto accept = [&](const block* b) { return p.acceptable(b, size); };
     if (block* b = p.cache_.steal(p.space_, slot, size, small, stream, accept)) {
       if constexpr (Pool::statistics_enabled) ++p.space_.stats.stream_steals;
-      p.prepare_or_put_back(b, size);
+      p.prepare_or_put_back(b);
       return b;
     }
     // Small requests keep plain 2 MiB segments: released whole when idle, they fragment less
@@ -50,7 +50,7 @@ struct pool_slow_paths {
         },
         [&] { reclaim(p, lock); }, [&] { return pool_inspect::describe_oom(p, size); });
     if constexpr (Pool::statistics_enabled) ++p.space_.stats.cache_misses;
-    p.prepare_or_put_back(b, size);
+    p.prepare_or_put_back(b);
     return b;
   }
 
@@ -65,7 +65,7 @@ struct pool_slow_paths {
     block* b = slot.index(small).find(size);
     if (b == nullptr || !p.acceptable(b, size)) b = slot.index(small).scan(size);
     if (b != nullptr && p.acceptable(b, size)) {
-      p.prepare(b, size);
+      p.prepare();
       p.space_.take_free(b);
     } else {
       b = with_oom_retries<Pool::statistics_enabled>(
@@ -76,7 +76,7 @@ struct pool_slow_paths {
           },
           [] {}, [&] { return pool_inspect::describe_oom(p, size); });
       if constexpr (Pool::statistics_enabled) ++p.space_.stats.cache_misses;
-      p.prepare_or_put_back(b, size);
+      p.prepare_or_put_back(b);
     }
     return p.hand_out(b, slot, size, bytes);
   }
