@@ -4,6 +4,7 @@
 #include <mgm/topology/topology.hpp>
 
 #include "shared_data.hpp"
+#include "tool/run_mgm.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -17,50 +18,10 @@
 #include <sstream>
 #include <string>
 
-namespace fs = std::filesystem;
+using namespace mgm_tool_test;
 namespace tel = mgm::telemetry;
 
 namespace {
-
-struct result {
-  int rc{-1};
-  std::string out;
-  std::string err;
-};
-
-fs::path scratch() {
-  auto d = fs::temp_directory_path() / ("mgm_tool_test_" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in{p, std::ios::binary};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Runs `mgm ARGS` through the shell (arguments are quoted by the caller where needed), with
-// `env` prepended (VAR=value ...) and NVML pointed nowhere unless `env` says otherwise.
-result run_mgm(const std::string& args, const std::string& env = "") {
-  const auto dir = scratch();
-  const auto out = dir / "stdout", err = dir / "stderr";
-  const std::string cmd = "env MGM_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 " + env + " '" + MGM_TOOL + "' " + args +
-                          " >'" + out.string() + "' 2>'" + err.string() + "' </dev/null";
-  const int status = std::system(cmd.c_str());
-  result r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
 
 const std::string tiny_trace = "Thread,Time,Action,Pointer,Size,Stream\n"
                                "1,00:00:00.000001,allocate,0x1000,1048576,0x0\n"
@@ -101,8 +62,8 @@ TEST_CASE("mgm status: without a GPU or --sim it says so and exits 3", "[tool]")
 TEST_CASE("mgm status on the simulated DGX H100: 8 H100s", "[tool]") {
   const auto r = run_mgm("--sim dgx-h100 status");
   REQUIRE(r.rc == 0);
-  CHECK(r.out.find("8 GPUs (sim:dgx-h100)") != std::string::npos);
-  CHECK(count(r.out, "NVIDIA H100 80GB HBM3") == 8);
+  CHECK(r.out.find("8 GPUs (sim:dgx-h100; memory sizes from preset dgx-h100)") != std::string::npos);
+  CHECK(count(r.out, "H100 80GB HBM3") == 8);
   const auto j = run_mgm("--sim dgx-h100 --json status");
   REQUIRE(j.rc == 0);
   const auto doc = nlohmann::json::parse(j.out);
@@ -123,15 +84,43 @@ TEST_CASE("mgm status over NVML (the fake): every metric and the top processes",
      "nvlinks": [1,1,1,1,1,1,1,1,1,1,1,1], "utilization": [91, 40],
      "processes": [{"pid": 777, "name": "train.py", "used": 10000000000}]}]})";
   const std::string env = "MGM_NVML_LIBRARY='" + std::string{MGM_FAKE_NVML_CURRENT} + "' MGM_FAKE_NVML_CONFIG='" + cfg.string() + "'";
+  // The default table fits 100 columns: memory, utilisation, temperature, power, processes.
   const auto r = run_mgm("status", env);
   REQUIRE(r.rc == 0);
   CHECK(r.out.find("1 GPU (nvml)") != std::string::npos);
-  CHECK(r.out.find("NVIDIA A100-SXM4-80GB") != std::string::npos);
+  CHECK(r.out.find("A100-SXM4-80GB") != std::string::npos);
+  CHECK(r.out.find("10.0/80.0") != std::string::npos);
+  CHECK(r.out.find(" 91% ") != std::string::npos);
   CHECK(r.out.find("44C") != std::string::npos);
   CHECK(r.out.find("250/400") != std::string::npos);
-  CHECK(r.out.find("1410/1593") != std::string::npos);
-  CHECK(r.out.find("gen4 x16") != std::string::npos);
-  CHECK(r.out.find("train.py(777) 9.31 GiB") != std::string::npos);
+  CHECK(r.out.find("train.py(777) 9.3G") != std::string::npos);
+  std::istringstream lines{r.out};
+  for (std::string line; std::getline(lines, line);) {
+    INFO(line);
+    CHECK(line.size() <= 100);
+  }
+  // --wide: everything.
+  const auto w = run_mgm("status --wide", env);
+  REQUIRE(w.rc == 0);
+  CHECK(w.out.find("NVIDIA A100-SXM4-80GB") != std::string::npos);
+  CHECK(w.out.find(" 91% ") != std::string::npos);
+  CHECK(w.out.find("1410/1593") != std::string::npos);
+  CHECK(w.out.find("gen4 x16") != std::string::npos);
+  CHECK(w.out.find("512.00 MiB") != std::string::npos);  // reserved by the driver
+  CHECK(w.out.find("train.py(777) 9.31 GiB") != std::string::npos);
+}
+
+TEST_CASE("mgm status --watch redraws until Ctrl-C, then exits 0", "[tool]") {
+  // SIGINT after a second and a half; --preserve-status makes timeout exit as mgm did.
+  const auto r = run_mgm("--sim 2x24GiB status --watch 200ms", "", "timeout -s INT --preserve-status 1.5");
+  CHECK(r.rc == 0);
+  CHECK(r.err.empty());
+  const auto frames = count(r.out, "every 0.2s (Ctrl-C stops)");
+  CHECK(frames >= 3);
+  CHECK(count(r.out, "2 GPUs (sim:custom") == frames);
+  CHECK(r.out.find("\033[2J") == std::string::npos);  // not a terminal: frames one after another
+  CHECK(run_mgm("--sim 2x24GiB status --watch 10ms").rc == 2);
+  CHECK(run_mgm("--sim 2x24GiB --json status --watch").rc == 1);
 }
 
 TEST_CASE("mgm topo --file reproduces every real matrix", "[tool][realdata]") {

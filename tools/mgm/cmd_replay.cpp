@@ -59,9 +59,27 @@ void add_replay(CLI::App& app, context& ctx) {
   cmd->callback([&ctx, o] {
     // Where: the simulator unless a GPU is present and --sim is absent.
     const bool on_gpu = !ctx.simulated() && mgm::device_count() > 0;
+    // The simulated machine, unless --capacity gives every device's memory and --sim is a topology
+    // file: then only its GPU count matters, and no --sim-devices is needed.
     std::optional<mgm::sim::machine> machine;
-    if (ctx.simulated()) machine.emplace(make_sim_machine(ctx.sim));
-    const int available = on_gpu ? mgm::device_count() : machine ? machine->device_count() : o->devices;
+    std::string machine_name;
+    std::string capacity_source = o->capacity.empty() ? "80 GiB each, the default" : "--capacity";
+    int sim_gpus = o->devices;
+    if (ctx.simulated()) {
+      const bool links_only = !o->capacity.empty() && ctx.sim_devices.empty() && std::filesystem::is_regular_file(ctx.sim);
+      if (links_only) {
+        const auto links = make_sim_links(ctx);
+        machine_name = links.name.substr(4);
+        sim_gpus = static_cast<int>(links.gpu_names.size());
+      } else {
+        auto choice = make_sim_machine(ctx);
+        machine.emplace(std::move(choice.machine));
+        machine_name = machine->name();
+        sim_gpus = machine->device_count();
+        if (o->capacity.empty()) capacity_source = choice.capacity_source;
+      }
+    }
+    const int available = on_gpu ? mgm::device_count() : sim_gpus;
     if (o->devices > available) {
       throw tool_error{exit_bad_input, "--devices " + std::to_string(o->devices) + " but the machine has " +
                                            std::to_string(available) + " GPU" + (available == 1 ? "" : "s")};
@@ -149,7 +167,10 @@ void add_replay(CLI::App& app, context& ctx) {
       return;
     }
     std::printf("Replays on %s, %d iteration%s, %d device%s in parallel%s\n\n",
-                on_gpu ? "this GPU machine" : (machine ? ("the simulated machine " + machine->name()).c_str() : "simulated devices"),
+                on_gpu ? "this GPU machine"
+                       : (ctx.simulated() ? "the simulated machine " + machine_name + " (memory: " + capacity_source + ")"
+                                          : "simulated devices (memory: " + capacity_source + ")")
+                             .c_str(),
                 o->iterations, o->iterations == 1 ? "" : "s", o->devices, o->devices == 1 ? "" : "s",
                 (", driver costs modelled '" + (o->cost_model == "default" ? std::string{"typical"} : o->cost_model) + "'" +
                  (o->judge ? ", judged" : "")).c_str());

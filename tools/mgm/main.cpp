@@ -42,52 +42,130 @@ void require_file(const std::string& path) {
   }
 }
 
-mgm::sim::machine make_sim_machine(const std::string& what) {
+namespace {
+
+bool names_a_file(const std::string& what) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(what, ec);
+}
+
+mgm::topology read_links(const std::string& path) {
+  const std::string text = read_file(path);
+  try {
+    return text.find("<system") != std::string::npos ? mgm::parse_nccl_topology_xml(text)
+                                                     : mgm::parse_smi_topology(text);
+  } catch (const mgm::parse_error& e) {
+    throw tool_error{exit_bad_input, path + ":" + std::to_string(e.line()) + ": " + e.what()};
+  }
+}
+
+// The GPUs `--sim-devices` gives, one per GPU of the file, in its order.
+std::vector<mgm::sim::device_spec> read_sim_devices(const context& ctx, std::size_t gpus) {
+  std::vector<mgm::sim::device_spec> given;
+  try {
+    given = mgm::sim::parse_device_list(ctx.sim_devices);
+  } catch (const std::exception& e) {
+    throw tool_error{exit_bad_input, "--sim-devices: " + std::string{e.what()}};
+  }
+  if (given.size() != gpus) {
+    throw tool_error{exit_bad_input, "--sim-devices gives " + std::to_string(given.size()) + " GPU" +
+                                         (given.size() == 1 ? "" : "s") + " but " + ctx.sim + " has " +
+                                         std::to_string(gpus) + " (give one per GPU, in GPU order: " +
+                                         std::to_string(gpus) + "x24GiB:RTX 3090, or a list such as "
+                                         "1x32GiB:RTX 5090,1x24GiB:RTX 4090)"};
+  }
+  return given;
+}
+
+[[noreturn]] void unknown_preset(const std::string& what) {
+  std::string names;
+  for (const auto n : mgm::sim::machine::preset_names()) names += (names.empty() ? "" : ", ") + std::string{n};
+  throw tool_error{exit_bad_input, "--sim " + what + ": unknown preset (the presets: " + names +
+                                       "); or give a device list such as 4x80GiB or 2x24GiB:RTX 4090, or a "
+                                       "topology file"};
+}
+
+bool is_preset(const std::string& what) {
+  for (const auto n : mgm::sim::machine::preset_names()) {
+    if (n == what) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void check_global_options(const context& ctx) {
+  if (ctx.sim_devices.empty()) return;
+  if (ctx.sim.empty() || !names_a_file(ctx.sim)) {
+    throw tool_error{exit_usage, "--sim-devices names the GPUs of a topology file: use it with --sim TOPOLOGY_FILE" +
+                                     (ctx.sim.empty() ? std::string{} : " (" + ctx.sim + " is not a file)")};
+  }
+}
+
+sim_choice make_sim_machine(const context& ctx) {
+  const std::string& what = ctx.sim;
   if (std::filesystem::is_directory(what)) throw tool_error{exit_bad_input, "--sim " + what + ": a directory, not a topology file"};
-  if (std::filesystem::is_regular_file(what)) {
-    const std::string text = read_file(what);
-    mgm::topology links = [&] {
-      try {
-        return text.find('<') != std::string::npos && text.find("<system") != std::string::npos
-                   ? mgm::parse_nccl_topology_xml(text)
-                   : mgm::parse_smi_topology(text);
-      } catch (const mgm::parse_error& e) {
-        throw tool_error{exit_bad_input, what + ":" + std::to_string(e.line()) + ": " + e.what()};
+  if (names_a_file(what)) {
+    mgm::topology links = read_links(what);
+    const auto& gpus = links.gpus();
+    std::vector<mgm::sim::device_spec> given;
+    std::string source = what;
+    if (!ctx.sim_devices.empty()) {
+      given = read_sim_devices(ctx, gpus.size());
+      source = "--sim-devices";
+    } else {
+      for (const auto& g : gpus) {
+        if (g.memory_bytes == 0) {
+          throw tool_error{exit_usage, what + " gives links, not memory: add --sim-devices with each GPU's memory "
+                                              "and name, for example --sim-devices '" +
+                                              std::to_string(gpus.size()) + "x80GiB:H100'"};
+        }
       }
-    }();
+    }
     std::vector<mgm::sim::device_spec> specs;
-    for (const auto& g : links.gpus()) {
+    for (std::size_t i = 0; i < gpus.size(); ++i) {
+      const auto& g = gpus[i];
       mgm::sim::device_spec s;
-      s.name = g.name.empty() ? "GPU" : g.name;
-      s.memory_bytes = g.memory_bytes != 0 ? g.memory_bytes : std::size_t{80} << 30;
+      s.name = !given.empty() ? given[i].name : g.name.empty() ? "GPU" : g.name;
+      s.memory_bytes = !given.empty() ? given[i].memory_bytes : g.memory_bytes;
       s.compute_capability = g.compute_capability != 0 ? g.compute_capability : 90;
       s.numa_node = g.numa_node;
       s.pcie_p2p = g.pcie_p2p;
       specs.push_back(std::move(s));
     }
-    return mgm::sim::machine{std::move(specs), std::move(links),
-                             std::filesystem::path{what}.filename().string()};
+    return {mgm::sim::machine{std::move(specs), std::move(links), std::filesystem::path{what}.filename().string()},
+            source};
   }
   // Not a file, and no digit to start a device list: a preset's name, or a mistyped one.
-  if (what.empty() || std::isdigit(static_cast<unsigned char>(what.front())) == 0) {
-    bool known = false;
-    std::string names;
-    for (const auto n : mgm::sim::machine::preset_names()) {
-      known = known || n == what;
-      names += (names.empty() ? "" : ", ") + std::string{n};
-    }
-    if (!known) {
-      throw tool_error{exit_bad_input, "--sim " + what + ": unknown preset (the presets: " + names +
-                                           "); or give a device list such as 4x80GiB or 2x24GiB:RTX 4090, or a "
-                                           "topology file"};
-    }
-  }
+  const bool preset = is_preset(what);
+  if (!preset && (what.empty() || std::isdigit(static_cast<unsigned char>(what.front())) == 0)) unknown_preset(what);
   try {
-    return mgm::sim::machine::from_string(what);
+    return {mgm::sim::machine::from_string(what), preset ? "preset " + what : std::string{"the device list"}};
   } catch (const std::exception& e) {
     throw tool_error{exit_bad_input, "--sim " + what + ": " + e.what() +
                                          " (give a preset, a device list such as 4x80GiB, or a topology file)"};
   }
+}
+
+sim_links make_sim_links(const context& ctx) {
+  if (!std::filesystem::is_directory(ctx.sim) && names_a_file(ctx.sim)) {
+    sim_links v;
+    v.name = "sim:" + std::filesystem::path{ctx.sim}.filename().string();
+    v.links = read_links(ctx.sim);
+    const auto given = ctx.sim_devices.empty() ? std::vector<mgm::sim::device_spec>{}
+                                               : read_sim_devices(ctx, v.links.gpus().size());
+    for (std::size_t i = 0; i < v.links.gpus().size(); ++i) {
+      const auto& g = v.links.gpus()[i];
+      v.gpu_names.push_back(!given.empty() ? given[i].name : g.name.empty() ? "GPU" : g.name);
+    }
+    return v;
+  }
+  auto m = make_sim_machine(ctx).machine;
+  sim_links v;
+  v.name = "sim:" + m.name();
+  v.links = m.links();
+  for (int d = 0; d < m.device_count(); ++d) v.gpu_names.push_back(m.spec(mgm::device_id{d}).name);
+  return v;
 }
 
 void no_gpu(const std::string& why) {
@@ -144,7 +222,11 @@ int main(int argc, char** argv) {
   app.add_option("--sim", ctx.sim,
                  "A simulated machine: a preset (dgx1-v100, dgx-a100, dgx-h100, hgx-h200, pcie-4gpu-mixed), a device "
                  "list (2x24GiB:RTX 4090) or a topology file (nvidia-smi topo -m text, NCCL XML)");
+  app.add_option("--sim-devices", ctx.sim_devices,
+                 "The GPUs of a --sim topology file, in GPU order, as a device list: 8x80GiB:H100, or "
+                 "1x32GiB:RTX 5090,1x24GiB:RTX 4090 (a topology file gives links, not memory)");
   app.add_flag("--json", ctx.json, "Machine-readable output");
+  app.parse_complete_callback([&ctx] { check_global_options(ctx); });
   app.footer("Exit codes: 0 ok, 1 usage, 2 bad input, 3 no GPU or driver.\nExample: mgm --sim dgx-h100 status");
   add_status(app, ctx);
   add_log(app, ctx);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <mgm/sim/machine.hpp>
+#include <mgm/topology/topology.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -11,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace mgm_tool {
 
@@ -52,15 +54,36 @@ void require_file(const std::string& path);
 
 /// @brief The global options.
 struct context {
-  std::string sim;  ///< `--sim PRESET|DEVICE_LIST|TOPOLOGY_FILE`; empty: the real machine
+  std::string sim;          ///< `--sim PRESET|DEVICE_LIST|TOPOLOGY_FILE`; empty: the real machine
+  std::string sim_devices;  ///< `--sim-devices SPEC`: the GPUs of a topology file (names, memory)
   bool json{false};
   [[nodiscard]] bool simulated() const { return !sim.empty(); }
 };
 
+/// @brief A simulated machine and where its GPUs' memory sizes come from, for the output to say.
+struct sim_choice {
+  mgm::sim::machine machine;
+  std::string capacity_source;  ///< "preset dgx-h100", "the device list", "--sim-devices", ...
+};
+
 /// @brief The simulated machine `--sim` names: a preset, a device list (`4x80GiB`), or a topology
-/// file (`nvidia-smi topo -m` text or NCCL XML; GPUs without a known size get 80 GiB).
-/// @throws tool_error (2) naming what is wrong.
-[[nodiscard]] mgm::sim::machine make_sim_machine(const std::string& what);
+/// file (`nvidia-smi topo -m` text or NCCL XML) whose GPUs `--sim-devices` names and sizes. A size
+/// is never invented: a file that gives links but no memory, without `--sim-devices`, is refused.
+/// @throws tool_error: 1 when `--sim-devices` is missing or misplaced, 2 for bad input.
+[[nodiscard]] sim_choice make_sim_machine(const context& ctx);
+
+/// @brief The links (and GPU names, when known) `--sim` names, for commands that need no memory
+/// sizes (`mgm topo`): a topology file needs no `--sim-devices` here.
+struct sim_links {
+  std::string name;
+  std::vector<std::string> gpu_names;
+  mgm::topology links;
+};
+[[nodiscard]] sim_links make_sim_links(const context& ctx);
+
+/// @brief Checks the global options together (`--sim-devices` only with `--sim FILE`).
+/// @throws tool_error (1).
+void check_global_options(const context& ctx);
 
 /// @brief The reason no GPU can be used and the hint to try `--sim`, as a tool_error (3).
 [[noreturn]] void no_gpu(const std::string& why);

@@ -1,0 +1,137 @@
+// `mgm` on simulated machines: where every capacity comes from (a preset, a device list, a
+// topology file with --sim-devices), never invented; and plan's options that would be ignored.
+#include "tool/run_mgm.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+
+using namespace mgm_tool_test;
+
+namespace {
+
+// A topology file as `nvidia-smi topo -m` prints it: mgm writes that layout for a preset.
+std::string topology_file(const std::string& preset) {
+  const auto path = scratch() / (preset + ".topo.txt");
+  const auto r = run_mgm("--sim " + preset + " topo");
+  REQUIRE(r.rc == 0);
+  std::ofstream{path} << r.out;
+  return "'" + path.string() + "'";
+}
+
+std::string h100_file() { return topology_file("dgx-h100"); }
+std::string four_gpu_file() { return topology_file("pcie-4gpu-mixed"); }
+
+}  // namespace
+
+TEST_CASE("mgm --sim TOPOLOGY_FILE: no capacity is invented; --sim-devices gives them", "[tool]") {
+  SECTION("without --sim-devices, memory-dependent commands refuse and say what to add") {
+    for (const char* cmd : {"plan --items 10 --bytes-per-item 1MiB", "status", "log -o /dev/null --count 1"}) {
+      const auto r = run_mgm("--sim " + h100_file() + " " + cmd);
+      INFO(cmd << ": " << r.err);
+      CHECK(r.rc == 1);
+      CHECK(r.err.find("gives links, not memory") != std::string::npos);
+      CHECK(r.err.find("--sim-devices '8x80GiB:H100'") != std::string::npos);
+      CHECK(r.out.empty());
+    }
+  }
+  SECTION("the links alone need no capacity: topo runs") {
+    const auto r = run_mgm("--sim " + h100_file() + " topo");
+    CHECK(r.rc == 0);
+    CHECK(r.out.find("NV18") != std::string::npos);
+  }
+  SECTION("a 24 GB card holds what fits in 24 GB, and the output says where the size came from") {
+    const auto r = run_mgm("--sim " + h100_file() + " --sim-devices '8x24GiB:RTX 3090' --json plan --items 25000 "
+                           "--bytes-per-item 1MiB");
+    REQUIRE(r.rc == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    CHECK(j["capacity_source"] == "--sim-devices");
+    std::size_t sum = 0;
+    for (const auto& g : j["gpus"]) {
+      CHECK(g["name"] == "RTX 3090");
+      CHECK(g["total_bytes"] == std::size_t{24} << 30);
+      CHECK(g["capacity_items"].get<std::size_t>() <= 24 * 1024);
+      sum += g["items"].get<std::size_t>();
+    }
+    CHECK(sum == 25000);
+    // 8 x 24 GiB cannot hold 250,000 items of 1 MiB (the 80 GiB guess could).
+    const auto too_many = run_mgm("--sim " + h100_file() + " --sim-devices '8x24GiB:RTX 3090' plan --items 250000 "
+                                  "--bytes-per-item 1MiB");
+    CHECK(too_many.rc == 2);
+    CHECK(too_many.err.find("do not fit") != std::string::npos);
+    const auto text = run_mgm("--sim " + h100_file() + " --sim-devices '8x24GiB:RTX 3090' plan --items 100 "
+                              "--bytes-per-item 1MiB");
+    CHECK(text.out.find("Memory sizes from --sim-devices.") != std::string::npos);
+  }
+  SECTION("a mixed box splits by memory, in GPU order") {
+    const auto r = run_mgm("--sim " + four_gpu_file() + " --sim-devices '1x32GiB:RTX 5090,1x24GiB:RTX 4090,"
+                           "1x32GiB:RTX 5090,1x24GiB:RTX 4090' --json plan --items 1120 --bytes-per-item 1MiB");
+    REQUIRE(r.rc == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    REQUIRE(j["gpus"].size() == 4);
+    CHECK(j["gpus"][0]["name"] == "RTX 5090");
+    CHECK(j["gpus"][1]["name"] == "RTX 4090");
+    CHECK(j["gpus"][0]["items"] == 320);  // 32 : 24 : 32 : 24 of 1120
+    CHECK(j["gpus"][1]["items"] == 240);
+  }
+  SECTION("status and replay say where the memory came from") {
+    const auto s = run_mgm("--sim " + four_gpu_file() + " --sim-devices '4x48GiB:RTX 6000 Ada' status");
+    REQUIRE(s.rc == 0);
+    CHECK(s.out.find("RTX 6000 Ada") != std::string::npos);
+    CHECK(s.out.find("memory sizes from --sim-devices") != std::string::npos);
+    const auto js = nlohmann::json::parse(run_mgm("--sim dgx-h100 --json status").out);
+    CHECK(js["capacity_source"] == "preset dgx-h100");
+    const auto list = nlohmann::json::parse(run_mgm("--sim 2x24GiB --json plan --items 4 --bytes-per-item 1").out);
+    CHECK(list["capacity_source"] == "the device list");
+  }
+  SECTION("misplaced or mismatched --sim-devices") {
+    const auto no_file = run_mgm("--sim dgx-h100 --sim-devices 2x24GiB topo");
+    CHECK(no_file.rc == 1);
+    CHECK(no_file.err.find("use it with --sim TOPOLOGY_FILE") != std::string::npos);
+    const auto no_sim = run_mgm("--sim-devices 2x24GiB leak /dev/null");
+    CHECK(no_sim.rc == 1);
+    const auto mismatch = run_mgm("--sim " + h100_file() + " --sim-devices 2x24GiB status");
+    CHECK(mismatch.rc == 2);
+    CHECK(mismatch.err.find("gives 2 GPUs but") != std::string::npos);
+    CHECK(mismatch.err.find("has 8") != std::string::npos);
+    const auto bad = run_mgm("--sim " + h100_file() + " --sim-devices 8xlots status");
+    CHECK(bad.rc == 2);
+    CHECK(bad.err.find("--sim-devices: ") != std::string::npos);
+  }
+  SECTION("replay on a topology file: --capacity, or --sim-devices, or refused") {
+    const auto refused = run_mgm("--sim " + h100_file() + " replay /dev/null");
+    CHECK(refused.rc == 1);
+    CHECK(refused.err.find("gives links, not memory") != std::string::npos);
+  }
+}
+
+TEST_CASE("mgm plan: options that would be ignored are refused; the granularity's help says the truth", "[tool]") {
+  const auto no_throughput = run_mgm("--sim pcie-4gpu-mixed plan --items 100 --bytes-per-item 1MiB --policy throughput");
+  CHECK(no_throughput.rc == 1);
+  CHECK(no_throughput.err.find("--policy throughput needs --throughput") != std::string::npos);
+  const auto ignored = run_mgm("--sim pcie-4gpu-mixed plan --items 100 --bytes-per-item 1MiB --throughput 1,1,1,1");
+  CHECK(ignored.rc == 1);
+  CHECK(ignored.err.find("--policy throughput only") != std::string::npos);
+  const auto zero = run_mgm("--sim pcie-4gpu-mixed plan --items 100 --bytes-per-item 1MiB --policy throughput "
+                            "--throughput 1,0,1,1");
+  CHECK(zero.rc == 2);
+  const auto ok = run_mgm("--sim pcie-4gpu-mixed --json plan --items 100 --bytes-per-item 1MiB --policy throughput "
+                          "--throughput 3,1,1,1");
+  REQUIRE(ok.rc == 0);
+  const auto fastest = nlohmann::json::parse(ok.out)["gpus"][0]["items"].get<std::size_t>();
+  CHECK((fastest == 50 || fastest == 51));  // three times as fast: 3/6 of the work, the makespan 17 either way
+
+  // The help and the code agree: the remainder goes to the GPU with the most room left.
+  const auto help = run_mgm("plan --help");
+  CHECK(help.out.find("go to the GPU with the most room") != std::string::npos);
+  const auto r = run_mgm("--sim 1x8GiB,1x24GiB,1x8GiB --json plan --items 103 --bytes-per-item 1MiB --granularity 10");
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto items = j["gpus"][i]["items"].get<std::size_t>();
+    CHECK((i == 1 ? items % 10 == 3 : items % 10 == 0));
+  }
+  CHECK(j["gpus"][0]["spill_order"][0].contains("gb_per_s"));
+}
