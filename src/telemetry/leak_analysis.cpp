@@ -131,7 +131,10 @@ drop_scan find_drops(std::span<const series_point> p, const leak_options& o) {
     if (high) {
       double ref = -std::numeric_limits<double>::infinity();
       for (std::size_t j = std::max(high_start, i >= 3 ? i - 3 : 0); j < i; ++j) ref = std::max(ref, p[j].mib);
-      if (v <= idle + (1.0 - o.restart_drop_fraction) * (ref - idle) && ref - v >= min_drop) {
+      // To idle: most of the memory above the series' minimum, and most of the memory in use, is
+      // gone (a cache emptying to a floor of gigabytes is a release, not a restart).
+      const double kept = 1.0 - o.restart_drop_fraction;
+      if (v <= idle + kept * (ref - idle) && v <= kept * ref + min_drop && ref - v >= min_drop) {
         high = false;
         drop_at = i;
         low = v;
@@ -256,6 +259,76 @@ std::optional<plateau_found> find_plateau(std::span<const series_point> p, std::
   return std::nullopt;
 }
 
+/// The releases of load window [w, e): falls of at least `max(2 min_growth, 8 sd)` within three
+/// readings that give back at least half of what was gained since the last floor. Each is the
+/// index of the first reading after the fall.
+std::vector<std::size_t> find_releases(std::span<const series_point> p, std::size_t w, std::size_t e, double noise,
+                                       const leak_options& o) {
+  std::vector<std::size_t> out;
+  const double min_fall = std::max(2.0 * o.min_growth_mib, 8.0 * noise);
+  double floor = p[w].mib;
+  double peak = p[w].mib;
+  std::size_t since = w;
+  for (std::size_t i = w + 1; i < e; ++i) {
+    const double v = p[i].mib;
+    double ref = v;
+    for (std::size_t j = std::max(since, i >= 3 ? i - 3 : 0); j < i; ++j) ref = std::max(ref, p[j].mib);
+    const double fall = ref - v;
+    if (fall >= min_fall && peak - floor >= min_fall && fall >= 0.5 * (peak - floor)) {
+      out.push_back(i);
+      floor = peak = v;
+      since = i;
+      continue;
+    }
+    floor = std::min(floor, v);
+    peak = std::max(peak, v);
+  }
+  return out;
+}
+
+/// The lowest reading of [first, last).
+series_point lowest(std::span<const series_point> p, std::size_t first, std::size_t last) {
+  series_point m = p[first];
+  for (std::size_t i = first + 1; i < last; ++i) {
+    if (p[i].mib < m.mib) m = p[i];
+  }
+  return m;
+}
+
+/// A sawtooth run judged by its floor: the lowest reading after each release. (Before the first
+/// release the window may start mid-tooth, so that part has no floor.)
+void judge_floor(std::span<const series_point> p, std::size_t e, const std::vector<std::size_t>& releases,
+                 const leak_options& o, run_report& r) {
+  std::vector<series_point> floors;
+  for (std::size_t k = 0; k < releases.size(); ++k) {
+    const std::size_t to = k + 1 < releases.size() ? releases[k + 1] : e;
+    floors.push_back(lowest(p, releases[k], to));
+  }
+  r.releases = releases.size();
+  r.first_floor_mib = floors.front().mib;
+  r.last_floor_mib = floors.back().mib;
+  const double span_s = floors.back().seconds - floors.front().seconds;
+  // Theil-Sen over the floors (robust to one tooth released less deeply), else the net change.
+  const slope_estimate fs = theil_sen(floors, o.max_pairs);
+  const double rate = floors.size() >= 3 ? fs.mib_per_min
+                      : span_s > 0.0     ? (floors.back().mib - floors.front().mib) / span_s * 60.0
+                                         : 0.0;
+  const double growth = rate * span_s / 60.0;
+  // The lowest of a tooth's noisy readings is itself noisy by about one sd; k floors average it.
+  const double sd = 2.0 * r.noise_mib / std::sqrt(0.5 * static_cast<double>(floors.size()));
+  const bool grew = growth >= std::max(o.min_growth_mib, o.significance_z * sd) && rate > 0.0;
+  const double fewer = size_factor(floors.size());
+  r.grew = grew;
+  r.rate_mib_per_min = rate;
+  if (grew && (rate >= o.min_rate_mib_per_min || growth >= o.min_leak_growth_mib)) {
+    r.verdict = leak_verdict::leak;
+    r.confidence = significance(sd > 0.0 ? growth / sd : std::numeric_limits<double>::infinity()) * fewer;
+    return;
+  }
+  r.verdict = leak_verdict::no_growth;
+  r.confidence = (grew ? 0.5 : 0.95) * fewer;
+}
+
 /// One run [s, e): warm-up, load window, growth, plateau, verdict.
 run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size_t e, bool first_run,
                        const leak_options& o) {
@@ -306,6 +379,10 @@ run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size
   const bool net_significant = growth >= std::max(o.min_growth_mib, o.significance_z * sd) && t_growth > 0.0;
   const double fewer = size_factor(window.size());
 
+  if (const auto releases = find_releases(p, w, e, r.noise_mib, o); releases.size() >= 2) {
+    judge_floor(p, e, releases, o, r);
+    return r;
+  }
   if (!slope_significant && !net_significant) {
     r.verdict = leak_verdict::no_growth;
     r.rate_mib_per_min = r.slope.mib_per_min;
@@ -326,7 +403,7 @@ run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size
   }
   const double net_rate = t_growth > 0.0 ? growth / t_growth * 60.0 : 0.0;
   r.rate_mib_per_min = slope_significant ? r.slope.mib_per_min : net_rate;
-  if (r.rate_mib_per_min < o.min_rate_mib_per_min) {
+  if (r.rate_mib_per_min < o.min_rate_mib_per_min && growth < o.min_leak_growth_mib) {
     r.verdict = leak_verdict::no_growth;
     r.confidence = 0.5 * fewer;
     return r;
@@ -342,7 +419,7 @@ run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size
   return r;
 }
 
-std::string explain(const leak_report& rep) {
+std::string explain(const leak_report& rep, const leak_options& o) {
   const double t0 = rep.first_seconds;
   if (rep.verdict == leak_verdict::no_data) {
     if (rep.points == 0) return "No memory readings, so nothing can be said about leaks.";
@@ -364,6 +441,20 @@ std::string explain(const leak_report& rep) {
       rep.job_end_seconds ? "; the job ended at " + duration_text(*rep.job_end_seconds - t0) + " and freed its memory"
                           : "";
   const double load_min = (r.end_seconds - r.load_start_seconds) / 60.0;
+  const std::string floor_moves = r.releases >= 2 ? " (" + fixed(r.first_floor_mib, 0) + " to " +
+                                                          fixed(r.last_floor_mib, 0) + " MiB, " +
+                                                          rate_text(r.rate_mib_per_min) + ")"
+                                                    : "";
+  if (r.releases >= 2 && rep.verdict == leak_verdict::leak) {
+    return "Leak: memory was released " + std::to_string(r.releases) +
+           " times, but the floor it fell back to kept rising" + floor_moves + " over " + fixed(load_min, 1) + " min" +
+           (restarts.empty() ? "" : ", and " + restarts) + ended + ".";
+  }
+  if (r.releases >= 2 && rep.verdict == leak_verdict::no_growth) {
+    return "No leak: memory rose and was released " + std::to_string(r.releases) +
+           " times back to about the same floor" + floor_moves +
+           ", as a cache that empties periodically does" + ended + ".";
+  }
   switch (rep.verdict) {
     case leak_verdict::leak:
       return "Leak: after the warm-up memory grew from " + fixed(r.start_level_mib, 0) + " to " +
@@ -380,7 +471,8 @@ std::string explain(const leak_report& rep) {
       if (r.grew) {
         return "No leak: after the warm-up memory grew only " + rate_text(r.rate_mib_per_min) + " over " +
                fixed(load_min, 1) + " min (from " + fixed(r.start_level_mib, 0) + " to " + fixed(r.end_level_mib, 0) +
-               " MiB), below the leak threshold" + ended + ".";
+               " MiB), below the leak thresholds (" + rate_text(o.min_rate_mib_per_min) + ", or " +
+               fixed(o.min_leak_growth_mib, 0) + " MiB in all)" + ended + ".";
       }
       return "No leak: after the warm-up memory stayed near " + fixed(r.median_mib, 0) + " MiB (Theil-Sen slope " +
              rate_text(r.slope.mib_per_min) + " over " + fixed(load_min, 1) + " min)" + ended + ".";
@@ -460,7 +552,7 @@ leak_report analyse_series(std::span<const series_point> points, const leak_opti
     rep.last_seconds = p.back().seconds;
   }
   if (p.size() < 3 || !(rep.last_seconds > rep.first_seconds)) {
-    rep.explanation = explain(rep);
+    rep.explanation = explain(rep, options);
     return rep;
   }
   const std::span<const series_point> all{p};
@@ -478,12 +570,16 @@ leak_report analyse_series(std::span<const series_point> points, const leak_opti
   // A leaking run decides (the longest load window of them); else restarts; else the one run.
   std::optional<std::size_t> leaking;
   std::optional<std::size_t> longest;
+  double longest_sound = 0;  // the longest load window of a run that did not leak
   const auto load_span = [&](std::size_t k) { return rep.runs[k].end_seconds - rep.runs[k].load_start_seconds; };
   for (std::size_t k = 0; k < rep.runs.size(); ++k) {
     if (rep.runs[k].verdict == leak_verdict::no_data) continue;
     if (!longest || load_span(k) > load_span(*longest)) longest = k;
     if (rep.runs[k].verdict == leak_verdict::leak && (!leaking || load_span(k) > load_span(*leaking))) leaking = k;
+    if (rep.runs[k].verdict != leak_verdict::leak) longest_sound = std::max(longest_sound, load_span(k));
   }
+  // A climb cut off by a restart does not outweigh a longer run that did not leak.
+  if (leaking && load_span(*leaking) < longest_sound) leaking.reset();
   if (leaking) {
     rep.deciding_run = *leaking;
     rep.verdict = leak_verdict::leak;
@@ -496,7 +592,7 @@ leak_report analyse_series(std::span<const series_point> points, const leak_opti
   } else {
     rep.verdict = leak_verdict::no_data;
     rep.runs.clear();
-    rep.explanation = explain(rep);
+    rep.explanation = explain(rep, options);
     return rep;
   }
   const run_report& r = rep.runs[rep.deciding_run];
@@ -512,7 +608,7 @@ leak_report analyse_series(std::span<const series_point> points, const leak_opti
     rep.confidence = r.confidence;
   }
   rep.confidence = std::clamp(rep.confidence, 0.01, 1.0);
-  rep.explanation = explain(rep);
+  rep.explanation = explain(rep, options);
   return rep;
 }
 
@@ -584,6 +680,8 @@ std::vector<gpu_leak_report> analyse_log(const gpu_log& log, const leak_options&
     if (const auto it = gpu_at.find(pr.gpu); it != gpu_at.end() && it->second < gpus) {
       g.index = out[it->second].index;
       g.name = out[it->second].name;
+    } else {
+      g.gpu_found = false;
     }
     g.pid = pr.pid;
     g.process_name = pr.name;

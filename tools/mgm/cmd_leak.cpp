@@ -1,6 +1,7 @@
 // mgm leak, mgm plot: verdicts on a GPU log, and a timeline of memory with the fitted slope.
 #include "mgm_tool.hpp"
 
+#include <mgm/bytes.hpp>
 #include <mgm/error.hpp>
 #include <mgm/telemetry/leak_analysis.hpp>
 #include <mgm/telemetry/log_format.hpp>
@@ -56,8 +57,19 @@ void report_issues(const std::string& path, const tel::gpu_log& log) {
   std::fprintf(stderr, "%s\n", log.issues.size() > 3 ? "; ..." : "");
 }
 
-tel::leak_options leak_options_from(const std::string& baseline) {
+struct threshold_options {
+  double min_rate{tel::leak_options{}.min_rate_mib_per_min};
+  std::string min_growth{"256MiB"};
+};
+
+tel::leak_options leak_options_from(const std::string& baseline, const threshold_options& t) {
   tel::leak_options lo;
+  lo.min_rate_mib_per_min = t.min_rate;
+  try {
+    lo.min_leak_growth_mib = static_cast<double>(mgm::parse_bytes(t.min_growth)) / (1024.0 * 1024.0);
+  } catch (const std::exception& e) {
+    throw tool_error{exit_bad_input, "--min-growth: " + std::string{e.what()}};
+  }
   if (baseline.empty()) return lo;
   const auto colon = baseline.find(':');
   if (colon == std::string::npos) {
@@ -71,7 +83,8 @@ tel::leak_options leak_options_from(const std::string& baseline) {
 }
 
 std::string who(const tel::gpu_leak_report& g) {
-  std::string s = "GPU" + std::to_string(g.index);
+  // A process whose GPU is not in the log is named by its GPU's UUID, never taken for GPU0.
+  std::string s = g.gpu_found ? "GPU" + std::to_string(g.index) : g.gpu_key.empty() ? std::string{"GPU ?"} : g.gpu_key.substr(0, 12);
   if (!g.name.empty()) s += " " + g.name;
   if (g.pid) s += " pid " + std::to_string(*g.pid) + (g.process_name.empty() ? "" : " (" + g.process_name + ")");
   return s;
@@ -249,17 +262,41 @@ void add_leak(CLI::App& app, context& ctx) {
   auto lo = std::make_shared<log_options>();
   cmd->add_option("file", *file, "The log")->required();
   cmd->add_option("--baseline", *baseline, "The window of normal use, times from the log's start: 0:10m");
+  auto processes = std::make_shared<std::string>();
+  cmd->add_option("--processes", *processes,
+                  "The per-process log of the same run (mgm log --processes, nvidia-smi --query-compute-apps): "
+                  "each process is joined to its GPU by UUID");
+  auto t = std::make_shared<threshold_options>();
+  cmd->add_option("--min-rate", t->min_rate, "Growth at least this fast (MiB/min) after the warm-up is a leak")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--min-growth", t->min_growth,
+                  "... and so is slower growth that adds up to at least this much (a slow leak over days)")
+      ->capture_default_str();
   add_log_options(cmd, *lo);
-  cmd->footer("Example: mgm leak gpus.csv --baseline 5m:15m");
-  cmd->callback([&ctx, file, baseline, lo] {
-    const auto log = read_log(*file, *lo);
+  cmd->footer("Example: mgm leak gpus.csv --processes apps.csv --baseline 5m:15m");
+  cmd->callback([&ctx, file, baseline, lo, processes, t] {
+    auto log = read_log(*file, *lo);
     report_issues(*file, log);
+    if (!processes->empty()) {
+      auto procs = read_log(*processes, *lo);
+      report_issues(*processes, procs);
+      if (procs.process_rows.empty()) {
+        throw tool_error{exit_bad_input, "--processes " + *processes + ": no per-process rows in it (a --query-compute-apps "
+                                         "log has gpu_uuid, pid, process_name, used_gpu_memory)"};
+      }
+      if (!log.process_rows.empty()) {
+        throw tool_error{exit_bad_input, *file + " is itself a per-process log: give the GPU log first, then --processes"};
+      }
+      log.process_rows = std::move(procs.process_rows);
+    }
     if (log.samples.empty() && log.process_rows.empty()) throw tool_error{exit_bad_input, *file + ": no readings in it"};
-    const auto reports = tel::analyse_log(log, leak_options_from(*baseline));
+    const auto reports = tel::analyse_log(log, leak_options_from(*baseline, *t));
     if (ctx.json) {
       nlohmann::json out = nlohmann::json::array();
       for (const auto& g : reports) {
-        nlohmann::json j{{"gpu", g.index}, {"key", g.gpu_key}, {"name", g.name}, {"verdict", tel::to_string(g.report.verdict)},
+        nlohmann::json j{{"gpu", g.gpu_found ? nlohmann::json(g.index) : nlohmann::json(nullptr)},
+                         {"key", g.gpu_key}, {"name", g.name}, {"verdict", tel::to_string(g.report.verdict)},
                          {"rate_mib_per_min", g.report.rate_mib_per_min}, {"confidence", g.report.confidence},
                          {"explanation", g.report.explanation}, {"samples", g.samples},
                          {"restart_seconds", g.report.restart_seconds}};

@@ -5,8 +5,10 @@
 /// ## Glossary
 /// - *series*: (seconds, MiB) points of one GPU or one process, in any order (they are sorted).
 /// - *run*: the part of a series between two *restarts*. A restart is a drop to near the idle level
-///   (the series' minimum) of at least `restart_drop_fraction` of the memory used above it and at
-///   least `min_restart_drop_mib`, after which memory comes back. A drop that never comes back is
+///   (the series' minimum) of at least `restart_drop_fraction` of the memory used above it, and of
+///   the memory in use (less `min_restart_drop_mib`), and at least `min_restart_drop_mib`, after
+///   which memory comes back. A smaller fall (to a floor well
+///   above idle) is a *release* within the run. A drop that never comes back is
 ///   the *job end*; what follows it is idle and is not analysed.
 /// - *warm-up*: the initial ramp of a run up to its working level (allocator caches filling, the
 ///   model loading). It is found by removing the slope of the run's second half and taking the
@@ -26,11 +28,20 @@
 /// - *Plateau*: the longest suffix of the load window, at least `plateau_min_fraction` of it, whose
 ///   net change is within `max(min_growth_mib, 3 sd)` and whose rate is at most a quarter of the
 ///   rate before it, the difference being significant (3 sd): `growth_then_plateau`.
-/// - Otherwise growth at `min_rate_mib_per_min` or more is a `leak`. Its rate is the Theil–Sen
-///   slope when that is significant, else (a staircase with one long step, where most pairs have
-///   slope 0) the net growth between the start and end levels over the time between them.
-/// - A series with a leaking run is a `leak` (its restarts are still listed); else one with
-///   restarts is `restarted`; else the run's verdict.
+/// - Otherwise growth is a `leak` when it is fast (`min_rate_mib_per_min` or more) or when it is
+///   slow but large (`min_leak_growth_mib` or more in all, however long it took: 0.6 MiB/min for
+///   three days is 2.5 GiB). Its rate is the Theil–Sen slope when that is significant, else (a
+///   staircase with one long step, where most pairs have slope 0) the net growth between the start
+///   and end levels over the time between them.
+/// - *Sawtooth*: a load window with at least two *releases* (falls of at least
+///   `max(2 min_growth_mib, 8 sd)` within three readings that give back at least half of what was
+///   gained since the last floor) is judged by its *floor*, the lowest reading after each release
+///   (and before the first one): it leaks only when the floor rises as a leak would, by the same
+///   thresholds; a cache that fills and empties to the same floor is `no_growth`.
+/// - A series with a leaking run is a `leak` (its restarts are still listed) unless a longer run
+///   (by its load window) did not leak: a climb that a restart cut off, before a run that levels
+///   off, is not a leak. Else one with restarts is `restarted`; else the run's
+///   verdict.
 ///
 /// ## Invariants
 /// - `0 <= confidence <= 1`; `confidence == 0` iff `verdict == no_data`.
@@ -87,9 +98,12 @@ struct leak_options {
   /// its start and the growth is measured from its median level. Empty: the warm-up is detected.
   /// It applies to the first run only.
   std::optional<time_window> baseline;
-  double min_rate_mib_per_min{1.0};   ///< slower growth is `no_growth` (1 MiB/min is 1.4 GiB a day)
+  /// Growth at least this fast is a leak (1 MiB/min is 1.4 GiB a day) ...
+  double min_rate_mib_per_min{1.0};
+  /// ... and so is slower growth that adds up to at least this much (`mgm leak --min-growth`).
+  double min_leak_growth_mib{256.0};
   double min_growth_mib{16.0};        ///< smaller changes are not growth (nvidia-smi jitters by 2 MiB)
-  double restart_drop_fraction{0.5};  ///< a restart drops at least this share of the memory above idle
+  double restart_drop_fraction{0.8};  ///< a restart drops at least this share of the memory above idle
   double min_restart_drop_mib{64.0};
   double plateau_min_fraction{0.25};  ///< the shortest plateau, as a share of the load window
   double significance_z{3.0};         ///< standard errors needed for growth, a slow-down, a leak
@@ -99,7 +113,7 @@ struct leak_options {
 /// @brief The answer for one series.
 enum class leak_verdict {
   no_data,              ///< no readings, too few, or all at one time
-  no_growth,            ///< flat after the warm-up (or growing slower than `min_rate_mib_per_min`)
+  no_growth,            ///< flat after the warm-up (or growing below both leak thresholds), or a sawtooth on a flat floor
   growth_then_plateau,  ///< grew after the warm-up, then levelled off: not a leak
   leak,                 ///< sustained growth after the warm-up that did not level off
   restarted,            ///< the process restarted (memory fell to idle and came back); no run leaks
@@ -128,6 +142,9 @@ struct run_report {
   bool grew{false};              ///< it grew significantly (a `no_growth` run then grew slower than the threshold)
   std::optional<double> plateau_start_seconds;
   double plateau_rate_mib_per_min{0};  ///< Theil–Sen slope of the plateau
+  std::size_t releases{0};       ///< a sawtooth's releases in the load window (0: none, or fewer than two)
+  double first_floor_mib{0};     ///< a sawtooth's floor: before its first release (or after it) ...
+  double last_floor_mib{0};      ///< ... and after its last release
 };
 
 /// @brief The answer for one series: a verdict, a rate, a confidence and a sentence.
@@ -155,7 +172,8 @@ struct leak_report {
 /// @brief The analysis of one GPU's or one process's memory in a log.
 struct gpu_leak_report {
   std::string gpu_key;                ///< `device_sample::key()`, or the process row's GPU UUID
-  int index{0};                       ///< the GPU's index in the log (0 when unknown)
+  int index{0};                       ///< the GPU's index in the log (0 when unknown: see gpu_found)
+  bool gpu_found{true};               ///< false for a process whose GPU UUID is not among the log's GPUs
   std::string name;                   ///< the GPU's name (empty when unknown)
   std::optional<std::uint32_t> pid;   ///< set for a per-process report
   std::string process_name;
