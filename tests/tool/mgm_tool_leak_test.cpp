@@ -93,3 +93,51 @@ TEST_CASE("mgm leak --processes joins each process to its GPU by UUID; sawtooths
   CHECK(not_procs.rc == 2);
   CHECK(not_procs.err.find("no per-process rows") != std::string::npos);
 }
+
+TEST_CASE("mgm plot: legends that fit, a time axis in days for days, gaps drawn as gaps", "[tool]") {
+  const auto gpus = scratch() / "plot_gpus.csv";
+  const auto procs = scratch() / "plot_apps.csv";
+  write_logs(gpus, procs);
+  // Cut a gap of a day out of GPU1's readings (the logger stopped).
+  const auto gapped = scratch() / "plot_gapped.csv";
+  {
+    std::ifstream in{gpus};
+    std::ofstream out{gapped};
+    std::string line;
+    std::getline(in, line);
+    out << line << "\n";
+    while (std::getline(in, line)) {
+      const bool day_two = line.rfind("2026/12/02", 0) == 0;
+      if (!(day_two && line.find(uuid1) != std::string::npos)) out << line << "\n";
+    }
+  }
+  const auto svg_path = scratch() / "plot.svg";
+  const auto r = run_mgm("plot '" + gapped.string() + "' -o '" + svg_path.string() + "' --title 'Three days'");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const std::string svg = slurp(svg_path);
+  CHECK(svg.find("days since the first reading") != std::string::npos);
+  // GPU0 is one stretch; GPU1 two, either side of its missing day.
+  CHECK(count(svg, "<polyline class=\"gpu\" data-gpu=\"GPU0") == 1);
+  CHECK(count(svg, "<polyline class=\"gpu\" data-gpu=\"GPU1") == 2);
+  // Every legend line fits the margin (29 characters), and words are whole: the legend's words,
+  // put back together, are the label and the verdict.
+  std::string legend_words;
+  for (auto at = svg.find("<text class=\"legend\""); at != std::string::npos; at = svg.find("<text class=\"legend\"", at + 1)) {
+    const auto open = svg.find('>', at) + 1;
+    const std::string text = svg.substr(open, svg.find("</text>", open) - open);
+    CHECK(text.size() <= 29);
+    legend_words += (legend_words.empty() ? "" : " ") + text;
+  }
+  CHECK(legend_words.find("GPU0 NVIDIA A100-SXM4-80GB: no_growth") != std::string::npos);
+  CHECK(legend_words.find("GPU1 NVIDIA A100-SXM4-80GB: no_growth") != std::string::npos);
+  // An hour's log is in minutes, a day's in hours.
+  const auto hour = scratch() / "plot_hour.csv";
+  {
+    std::ofstream out{hour};
+    out << "timestamp, index, memory.used [MiB]\n";
+    for (long t = 0; t <= 4 * 3600; t += 60) out << stamp(t) << ", 0, 1000 MiB\n";
+  }
+  REQUIRE(run_mgm("plot '" + hour.string() + "' -o '" + svg_path.string() + "'").rc == 0);
+  CHECK(slurp(svg_path).find("hours since the first reading") != std::string::npos);
+}

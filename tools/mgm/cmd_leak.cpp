@@ -123,6 +123,62 @@ std::string num(double v) {
   return buf;
 }
 
+// The legend's room: 12 px Helvetica averages under 6.5 px a character; 190 px of the margin.
+constexpr std::size_t legend_chars = 29;
+constexpr double legend_line_height = 15;
+constexpr double legend_gap = 12;
+
+// Words into lines of at most `width` characters; a word longer than that is cut, never wrapped
+// in the middle of a shorter one.
+std::vector<std::string> wrap_words(const std::string& text, std::size_t width) {
+  std::vector<std::string> lines;
+  std::istringstream words{text};
+  std::string line;
+  for (std::string w; words >> w;) {
+    if (w.size() > width) w = w.substr(0, width - 1) + "~";
+    if (!line.empty() && line.size() + 1 + w.size() > width) {
+      lines.push_back(line);
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + w;
+  }
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+// "GPU0 NVIDIA A100-SXM4-80GB: leak, 12.3 MiB/min".
+std::string legend_of(const std::string& label, const tel::gpu_leak_report* r) {
+  if (r == nullptr) return label;
+  std::string out = label + ": " + tel::to_string(r->report.verdict);
+  const auto v = r->report.verdict;
+  if (v == tel::leak_verdict::leak || v == tel::leak_verdict::growth_then_plateau) {
+    char rate[48];
+    std::snprintf(rate, sizeof rate, ", %.1f MiB/min", r->report.rate_mib_per_min);
+    out += rate;
+  }
+  return out;
+}
+
+// `pts` (a thinned copy of `all`) cut where the readings stop for more than five times their usual
+// interval (the median of `all`'s), and at least a minute.
+std::vector<std::vector<std::pair<double, double>>> split_at_gaps(const std::vector<std::pair<double, double>>& pts,
+                                                                  const std::vector<std::pair<double, double>>& all) {
+  std::vector<double> steps;
+  for (std::size_t i = 1; i < all.size(); ++i) steps.push_back(all[i].first - all[i - 1].first);
+  double usual = 0;
+  if (!steps.empty()) {
+    std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
+    usual = steps[steps.size() / 2];
+  }
+  const double gap = std::max(5.0 * usual, 60.0);
+  std::vector<std::vector<std::pair<double, double>>> out(1);
+  for (std::size_t i = 0; i < pts.size(); ++i) {
+    if (i > 0 && pts[i].first - pts[i - 1].first > gap && !out.back().empty()) out.emplace_back();
+    out.back().push_back(pts[i]);
+  }
+  return out;
+}
+
 std::string svg_timeline(const std::string& title, const tel::gpu_log& log, const std::vector<tel::gpu_leak_report>& reports) {
   // One series per GPU: seconds since the first reading, memory used in MiB.
   struct series {
@@ -153,12 +209,22 @@ std::string svg_timeline(const std::string& title, const tel::gpu_log& log, cons
       m_max = std::max(m_max, m);
     }
   }
-  const bool minutes = t_max >= 600;
-  const double t_unit = minutes ? 60.0 : 1.0;
+  // The time axis in the unit that keeps its numbers short: seconds, minutes, hours or days.
+  const auto [t_unit, t_name] = t_max >= 2 * 86400.0 ? std::pair{86400.0, "days"}
+                                : t_max >= 3 * 3600.0 ? std::pair{3600.0, "hours"}
+                                : t_max >= 600.0      ? std::pair{60.0, "minutes"}
+                                                      : std::pair{1.0, "seconds"};
   const double mem_unit = m_max >= 4096 ? 1024.0 : 1.0;
   const char* mem_label = mem_unit > 1 ? "GiB" : "MiB";
 
-  const double W = 960, H = 540, L = 80, R = 250, T = 56, B = 64;
+  // Legends: each wrapped by words into lines that fit the right margin, one below the other; the
+  // chart grows taller rather than clip them.
+  std::vector<std::vector<std::string>> legends;
+  for (const auto& s : all) legends.push_back(wrap_words(legend_of(s.label, s.report), legend_chars));
+  double legend_height = 0;
+  for (const auto& l : legends) legend_height += legend_line_height * static_cast<double>(l.size()) + legend_gap;
+  const double W = 960, L = 80, R = 250, T = 56, B = 64;
+  const double H = std::max(540.0, T + 10 + legend_height + 30 + B);
   const double pw = W - L - R, ph = H - T - B;
   const double t_step = nice_step(t_max / t_unit, 8), m_step = nice_step(m_max / mem_unit, 6);
   const double t_top = std::ceil(t_max / t_unit / t_step) * t_step, m_top = std::ceil(m_max / mem_unit / m_step) * m_step;
@@ -189,10 +255,11 @@ std::string svg_timeline(const std::string& title, const tel::gpu_log& log, cons
   o << R"(<line x1=")" << L << R"(" x2=")" << L << R"(" y1=")" << T << R"(" y2=")" << T + ph << R"(" stroke="#333"/>)" << '\n'
     << R"(<line x1=")" << L << R"(" x2=")" << L + pw << R"(" y1=")" << T + ph << R"(" y2=")" << T + ph << R"(" stroke="#333"/>)" << '\n'
     << R"(<text x=")" << L + pw / 2 << R"(" y=")" << H - 20 << R"(" text-anchor="middle">)"
-    << (log.has_timestamps ? "" : "rows x interval, ") << (minutes ? "minutes" : "seconds") << " since the first reading</text>\n"
+    << (log.has_timestamps ? "" : "rows x interval, ") << t_name << " since the first reading</text>\n"
     << "<text transform=\"translate(22 " << T + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">memory used ("
     << mem_label << ")</text>\n";
   // Series, their fitted slopes, and the legend.
+  double legend_y = T + 10;
   for (std::size_t i = 0; i < all.size(); ++i) {
     const auto& s = all[i];
     const char* colour = palette[i % 8];
@@ -217,38 +284,36 @@ std::string svg_timeline(const std::string& title, const tel::gpu_log& log, cons
         b0 = b1;
       }
     }
-    o << R"(<polyline class="gpu" data-gpu=")" << escape_xml(s.label) << R"(" fill="none" stroke=")" << colour
-      << R"(" stroke-width="1.6" stroke-linejoin="round" points=")";
-    for (const auto& [t, m] : pts) o << num(x(t)) << ',' << num(y(m)) << ' ';
-    o << "\"/>\n";
-    std::string legend = s.label;
+    // A gap in the readings is drawn as a gap: one polyline per stretch without one.
+    for (const auto& stretch : split_at_gaps(pts, s.points)) {
+      o << R"(<polyline class="gpu" data-gpu=")" << escape_xml(s.label) << R"(" fill="none" stroke=")" << colour
+        << R"(" stroke-width="1.6" stroke-linejoin="round" points=")";
+      for (const auto& [t, m] : stretch) o << num(x(t)) << ',' << num(y(m)) << ' ';
+      o << "\"/>\n";
+    }
     if (s.report != nullptr) {
       const auto& rep = s.report->report;
-      legend += " - " + std::string{tel::to_string(rep.verdict)};
-      if (rep.verdict == tel::leak_verdict::leak || rep.verdict == tel::leak_verdict::growth_then_plateau) {
-        char rate[48];
-        std::snprintf(rate, sizeof rate, " %.1f MiB/min", rep.rate_mib_per_min);
-        legend += rate;
-      }
       if (!rep.runs.empty() && rep.deciding_run < rep.runs.size()) {
         const auto& run = rep.runs[rep.deciding_run];
         const double t0 = run.load_start_seconds, t1 = run.plateau_start_seconds.value_or(run.end_seconds);
-        const double m0 = run.start_level_mib, m1 = m0 + run.rate_mib_per_min * (t1 - t0) / 60.0;
+        // A sawtooth's fit is that of its floor.
+        const double m0 = run.releases >= 2 ? run.first_floor_mib : run.start_level_mib;
+        const double m1 = m0 + run.rate_mib_per_min * (t1 - t0) / 60.0;
         if (t1 > t0) {
           o << R"(<line class="fit" x1=")" << num(x(t0)) << R"(" y1=")" << num(y(m0)) << R"(" x2=")" << num(x(t1)) << R"(" y2=")"
             << num(y(m1)) << R"(" stroke=")" << colour << R"(" stroke-width="2.4" stroke-dasharray="7 4" opacity="0.85"/>)" << '\n';
         }
       }
     }
-    const double ly = T + 10 + 36.0 * static_cast<double>(i);
-    o << R"(<line x1=")" << L + pw + 16 << R"(" x2=")" << L + pw + 40 << R"(" y1=")" << ly << R"(" y2=")" << ly << R"(" stroke=")"
-      << colour << R"(" stroke-width="3"/>)" << '\n'
-      << R"(<text x=")" << L + pw + 46 << R"(" y=")" << ly + 4 << R"(">)" << escape_xml(legend.substr(0, 36)) << "</text>\n";
-    if (legend.size() > 36) {
-      o << R"(<text x=")" << L + pw + 46 << R"(" y=")" << ly + 18 << R"(" fill="#444">)" << escape_xml(legend.substr(36, 36)) << "</text>\n";
+    o << R"(<line x1=")" << L + pw + 16 << R"(" x2=")" << L + pw + 40 << R"(" y1=")" << legend_y << R"(" y2=")" << legend_y
+      << R"(" stroke=")" << colour << R"(" stroke-width="3"/>)" << '\n';
+    for (std::size_t k = 0; k < legends[i].size(); ++k) {
+      o << R"(<text class="legend" x=")" << L + pw + 46 << R"(" y=")" << num(legend_y + 4 + legend_line_height * static_cast<double>(k))
+        << (k == 0 ? std::string{"\">"} : std::string{"\" fill=\"#444\">"}) << escape_xml(legends[i][k]) << "</text>\n";
     }
+    legend_y += legend_line_height * static_cast<double>(legends[i].size()) + legend_gap;
   }
-  o << R"(<text x=")" << L + pw + 16 << R"(" y=")" << T + ph << R"(" fill="#666">dashed: fitted slope (Theil-Sen)</text>)" << '\n'
+  o << R"(<text x=")" << L + pw + 16 << R"(" y=")" << num(std::max(T + ph, legend_y + 8)) << R"(" fill="#666">dashed: fitted slope (Theil-Sen)</text>)" << '\n'
     << "</svg>\n";
   return o.str();
 }
