@@ -131,7 +131,7 @@ TEST_CASE("topology text: errors name the line", "[topology]") {
   REQUIRE(line_of("hello\nworld\n") == 2);
   REQUIRE(line_of("\tGPU0\tGPU1\nGPU0\t X \tNV1\nGPU1\tNV1\n") == 3);           // a short row
   REQUIRE(line_of("\tGPU0\tGPU1\nGPU0\t X \tNV1\nGPU7\tNV1\t X\n") == 3);      // not a column
-  REQUIRE(line_of("\tGPU0\tGPU1\nGPU0\t X \tNVX\nGPU1\tNVX\t X\n") == 1);      // a bad label (the header's line)
+  REQUIRE(line_of("\tGPU0\tGPU1\nGPU0\t X \tNVX\nGPU1\tNVX\t X\n") == 2);      // a bad label: the cell's line
   REQUIRE_THROWS_WITH(mgm::parse_smi_topology("\tGPU0\tGPU1\nGPU0\t X \tNV1\n"), Catch::Contains("no row for GPU1"));
   const auto t = mgm::parse_smi_topology("$ nvidia-smi topo -m\r\n\tGPU0\tGPU1\tCPU Affinity\r\nGPU0\t X \tSOC\t0-5\r\nGPU1\tSOC\t X \t6-11\r\n");
   REQUIRE(t.path(device_id{0}, device_id{1}).label() == "SYS");
