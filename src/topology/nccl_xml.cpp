@@ -179,6 +179,9 @@ topology parse_nccl_topology_xml(std::string_view text) {
     nic.name = n.net_name.empty() ? n.busid : n.net_name;
     nic.device = n.net_name;
     for (const auto& g : gpus) nic.to_gpu.push_back(path_between(n, g));
+    for (const auto& other : nics) {
+      nic.to_nic.push_back(&other == &n ? gpu_path{path_type::loc, smi_label::x, 0} : path_between(n, other));
+    }
     t.add_nic(std::move(nic));
   }
   return t;

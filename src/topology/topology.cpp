@@ -105,14 +105,55 @@ void topology::set_paths_from_labels(const std::vector<std::vector<std::string_v
 
 namespace mgm {
 
+namespace {
+// The one NVLink table. Per link, per direction: NCCL's effective figures (src/graph/topo.h at
+// HEAD: SM60_NVLINK_BW 18, SM70 20, SM80 20, SM86 12, SM90 20.6, SM100 40.1), which are what the
+// rest of the model uses (PCIe width x speed / 80); the generations, their GPUs and links per GPU
+// from ../shared/research/topology.md §3.1 (NVIDIA's NVLink pages, the GA102 whitepaper: "four x4
+// links, each 14.0625 GB/sec in each direction"). NCCL applies SM70 to all of 7.x and SM100 to
+// 10.x; Ada (8.9), Orin (8.7) and the 12.x boards have no NVLink, so they find no row.
+constexpr std::array<nvlink_generation, 6> nvlink_table{{
+    {1, "NVLink 1", "P100", 60, 69, 4, 18.0},
+    {2, "NVLink 2", "V100", 70, 79, 6, 20.0},
+    {3, "NVLink 3", "A100", 80, 80, 12, 20.0},
+    {3, "NVLink 3 (GA102, x4 links)", "RTX 3090, RTX A6000, A40", 86, 86, 4, 12.0},
+    {4, "NVLink 4", "H100, H200", 90, 99, 18, 20.6},
+    {5, "NVLink 5", "B200, GB200", 100, 109, 18, 40.1},
+}};
+}  // namespace
+
+std::span<const nvlink_generation> nvlink_generations() noexcept { return nvlink_table; }
+
+const nvlink_generation* find_nvlink_generation(int cc) noexcept {
+  for (const auto& g : nvlink_table) {
+    if (cc >= g.min_cc && cc <= g.max_cc) return &g;
+  }
+  return nullptr;
+}
+
 double nvlink_gbps_per_link(int cc) noexcept {
-  // NCCL src/graph/topo.h: SM60 18, SM70 20, SM80 20, SM86 12, SM90 20.6, SM100 40.1.
-  if (cc >= 100) return 40.1;
-  if (cc >= 90) return 20.6;
-  if (cc == 86 || cc == 87 || cc == 89) return 12.0;
-  if (cc >= 70) return 20.0;
-  if (cc >= 60) return 18.0;
-  return 0.0;
+  const auto* g = find_nvlink_generation(cc);
+  return g == nullptr ? 0.0 : g->gbps_per_link;
+}
+
+double nvlink_gbps_per_link_lower_bound(int links) noexcept {
+  double any = nvlink_table[0].gbps_per_link;
+  double fit = 0.0;
+  for (const auto& g : nvlink_table) {
+    any = std::min(any, g.gbps_per_link);
+    if (g.max_links_per_gpu >= links && (fit == 0.0 || g.gbps_per_link < fit)) fit = g.gbps_per_link;
+  }
+  return fit > 0.0 ? fit : any;
+}
+
+std::string_view provenance_name(link_provenance p) noexcept {
+  switch (p) {
+    case link_provenance::nominal: return "nominal";
+    case link_provenance::detected: return "detected";
+    case link_provenance::measured: return "measured";
+    case link_provenance::overridden: return "overridden";
+  }
+  return "unknown";
 }
 
 double inter_socket_gbps(std::string_view vendor, int model) noexcept {
@@ -139,7 +180,29 @@ double pcie_gbps(const gpu_info& g) noexcept {
 void topology::add_nic(nic_info nic) {
   MGM_EXPECTS(nic.to_gpu.size() == gpus_.size(), "topology: a NIC needs a path to each of the " +
                                                     std::to_string(gpus_.size()) + " GPUs");
+  const std::size_t self = nics_.size();
+  MGM_EXPECTS(nic.to_nic.empty() || (nic.to_nic.size() > self && nic.to_nic[self].smi == smi_label::x),
+              "topology: NIC " + std::to_string(self) + "'s paths to the NICs need 'X' at its own index");
   nics_.push_back(std::move(nic));
+}
+
+std::optional<gpu_path> topology::nic_path(std::size_t a, std::size_t b) const {
+  MGM_EXPECTS(a < nics_.size() && b < nics_.size(), "topology: NIC pair (" + std::to_string(a) + ", " +
+                                                       std::to_string(b) + ") out of range for " +
+                                                       std::to_string(nics_.size()) + " NICs");
+  if (a == b) return gpu_path{path_type::loc, smi_label::x, 0};
+  if (b < nics_[a].to_nic.size()) return nics_[a].to_nic[b];
+  if (a < nics_[b].to_nic.size()) return nics_[b].to_nic[a];
+  return std::nullopt;
+}
+
+const nvlink_generation* topology::nvlink_generation_of(device_id a, device_id b) const {
+  const gpu_path& p = path(a, b);
+  if (!p.is_nvlink() && p.type != path_type::c2c) return nullptr;
+  const auto* ga = find_nvlink_generation(gpus_[a.index()].compute_capability);
+  const auto* gb = find_nvlink_generation(gpus_[b.index()].compute_capability);
+  if (ga == nullptr || gb == nullptr) return nullptr;
+  return ga->gbps_per_link <= gb->gbps_per_link ? ga : gb;
 }
 
 double topology::nominal_gbps(device_id a, device_id b) const {
@@ -152,8 +215,9 @@ double topology::nominal_gbps(device_id a, device_id b) const {
     case path_type::nvl:
     case path_type::nvb:
     case path_type::c2c: {
-      const int cc = std::min(ga.compute_capability, gb.compute_capability);
-      return std::max(1, p.nvlinks) * nvlink_gbps_per_link(cc == 0 ? 80 : cc);
+      const int links = std::max(1, p.nvlinks);
+      const auto* generation = nvlink_generation_of(a, b);
+      return links * (generation != nullptr ? generation->gbps_per_link : nvlink_gbps_per_link_lower_bound(links));
     }
     case path_type::pix:
     case path_type::pxb:
@@ -187,21 +251,26 @@ std::string topology::to_smi_matrix(bool bandwidths) const {
   for (std::size_t k = 0; k < nics_.size(); ++k) names.push_back("NIC" + std::to_string(k));
   bool any_cpu = false;
   bool any_numa = false;
+  bool any_gpu_numa = false;
   for (const auto& g : gpus_) {
     any_cpu = any_cpu || !g.cpu_affinity.empty();
     any_numa = any_numa || !g.numa_affinity.empty() || g.numa_node.has_value();
+    any_gpu_numa = any_gpu_numa || g.gpu_numa_id.has_value();
   }
   std::string out = "\t";
   for (const auto& name : names) out += name + "\t";
   if (any_cpu) out += "CPU Affinity\t";
   if (any_numa) out += "NUMA Affinity\t";
+  if (any_gpu_numa) out += "GPU NUMA ID\t";
   out.back() = '\n';
   const auto cell = [&](std::size_t r, std::size_t c) -> std::string {
     if (r == c) return " X ";
     if (r < n && c < n) return path(device_id{static_cast<int>(r)}, device_id{static_cast<int>(c)}).label();
     if (r < n) return nics_[c - n].to_gpu[r].label();
     if (c < n) return nics_[r - n].to_gpu[c].label();
-    return "SYS";  // NIC to NIC: not modelled
+    // NIC to NIC as the source said; a caller's NIC without one gets nvidia-smi's farthest label.
+    const auto p = nic_path(r - n, c - n);
+    return p ? p->label() : std::string{"SYS"};
   };
   for (std::size_t r = 0; r < names.size(); ++r) {
     out += names[r];
@@ -213,6 +282,7 @@ std::string topology::to_smi_matrix(bool bandwidths) const {
                        : gpus_[r].numa_node          ? std::to_string(*gpus_[r].numa_node)
                                                      : std::string{"N/A"});
       }
+      if (any_gpu_numa) out += "\t" + (gpus_[r].gpu_numa_id ? std::to_string(*gpus_[r].gpu_numa_id) : std::string{"N/A"});
     }
     out += "\n";
   }
@@ -248,6 +318,31 @@ std::string topology::to_smi_matrix(bool bandwidths) const {
       }
       out += "\n";
     }
+    // The NVLink generation behind the nominal NV# figures: named where the GPUs' compute
+    // capability is known, else "unknown" with the lower bound the figures use.
+    std::vector<std::string> seen;
+    for (std::size_t r = 0; r < n; ++r) {
+      for (std::size_t c = r + 1; c < n; ++c) {
+        const device_id a{static_cast<int>(r)};
+        const device_id b{static_cast<int>(c)};
+        const gpu_path& p = path(a, b);
+        if (!p.is_nvlink() && p.type != path_type::c2c) continue;
+        const auto* g = nvlink_generation_of(a, b);
+        char buf[200];
+        if (g != nullptr) {
+          std::snprintf(buf, sizeof buf, "NVLink generation: %.*s (%.*s), %.1f GB/s per link per direction\n",
+                        static_cast<int>(g->name.size()), g->name.data(), static_cast<int>(g->gpus.size()),
+                        g->gpus.data(), g->gbps_per_link);
+        } else {
+          std::snprintf(buf, sizeof buf,
+                        "NVLink generation: unknown (no GPU model) for %s: its figures take %.1f GB/s per link per "
+                        "direction, the slowest generation with that many links, a lower bound\n",
+                        p.label().c_str(), nvlink_gbps_per_link_lower_bound(std::max(1, p.nvlinks)));
+        }
+        if (std::find(seen.begin(), seen.end(), buf) == seen.end()) seen.emplace_back(buf);
+      }
+    }
+    for (const auto& line : seen) out += line;
   }
   return out;
 }

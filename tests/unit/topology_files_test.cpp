@@ -131,7 +131,7 @@ TEST_CASE("topology text: errors name the line", "[topology]") {
   REQUIRE(line_of("hello\nworld\n") == 2);
   REQUIRE(line_of("\tGPU0\tGPU1\nGPU0\t X \tNV1\nGPU1\tNV1\n") == 3);           // a short row
   REQUIRE(line_of("\tGPU0\tGPU1\nGPU0\t X \tNV1\nGPU7\tNV1\t X\n") == 3);      // not a column
-  REQUIRE(line_of("\tGPU0\tGPU1\nGPU0\t X \tNVX\nGPU1\tNVX\t X\n") == 1);      // a bad label (the header's line)
+  REQUIRE(line_of("\tGPU0\tGPU1\nGPU0\t X \tNVX\nGPU1\tNVX\t X\n") == 2);      // a bad label: the cell's line
   REQUIRE_THROWS_WITH(mgm::parse_smi_topology("\tGPU0\tGPU1\nGPU0\t X \tNV1\n"), Catch::Contains("no row for GPU1"));
   const auto t = mgm::parse_smi_topology("$ nvidia-smi topo -m\r\n\tGPU0\tGPU1\tCPU Affinity\r\nGPU0\t X \tSOC\t0-5\r\nGPU1\tSOC\t X \t6-11\r\n");
   REQUIRE(t.path(device_id{0}, device_id{1}).label() == "SYS");
@@ -144,6 +144,8 @@ TEST_CASE("topology: nominal bandwidths follow NCCL's constants, overrides keep 
   REQUIRE(mgm::nvlink_gbps_per_link(86) == 12.0);
   REQUIRE(mgm::nvlink_gbps_per_link(90) == 20.6);
   REQUIRE(mgm::nvlink_gbps_per_link(100) == 40.1);
+  REQUIRE(mgm::nvlink_gbps_per_link(89) == 0.0);  // Ada has no NVLink
+  REQUIRE(mgm::nvlink_gbps_per_link(0) == 0.0);   // unknown
   REQUIRE(mgm::inter_socket_gbps("GenuineIntel", 0xCF) == 40.0);
   REQUIRE(mgm::inter_socket_gbps("GenuineIntel", 0x55) == 10.0);
   REQUIRE(mgm::inter_socket_gbps("AuthenticAMD") == 16.0);
@@ -271,4 +273,82 @@ TEST_CASE("NCCL XML: malformed text names the line and column", "[topology][xml]
   REQUIRE(where("<machine/>").first == 1);
   REQUIRE_THROWS_WITH(mgm::parse_nccl_topology_xml("<?xml version=\"1.0\"?>\n<!-- none -->\n<system version=\"1\"><cpu/></system>"),
                       Catch::Contains("no GPU"));
+}
+
+// ---- NVLink generations (issue 15: one table for presets and files) ----------------------------
+
+TEST_CASE("NVLink: one table by generation, named; presets and files take the same one", "[topology]") {
+  const auto gens = mgm::nvlink_generations();
+  REQUIRE(gens.size() == 6);
+  for (std::size_t i = 1; i < gens.size(); ++i) REQUIRE(gens[i].min_cc > gens[i - 1].max_cc);  // one row per capability
+  const auto name = [](int cc) {
+    const auto* g = mgm::find_nvlink_generation(cc);
+    return g == nullptr ? std::string{"unknown"} : std::string{g->name};
+  };
+  REQUIRE(name(60) == "NVLink 1");
+  REQUIRE(name(70) == "NVLink 2");
+  REQUIRE(name(80) == "NVLink 3");
+  REQUIRE(name(86) == "NVLink 3 (GA102, x4 links)");
+  REQUIRE(name(90) == "NVLink 4");
+  REQUIRE(name(100) == "NVLink 5");
+  REQUIRE(name(89) == "unknown");
+  REQUIRE(name(0) == "unknown");
+  // Unknown generation: the slowest generation that can bond that many links.
+  REQUIRE(mgm::nvlink_gbps_per_link_lower_bound(18) == 20.6);  // NVLink 4 or 5
+  REQUIRE(mgm::nvlink_gbps_per_link_lower_bound(12) == 20.0);  // 3, 4 or 5
+  REQUIRE(mgm::nvlink_gbps_per_link_lower_bound(4) == 12.0);   // any, GA102's the slowest
+  REQUIRE(mgm::nvlink_gbps_per_link_lower_bound(24) == 12.0);  // none has 24: the slowest of all
+
+  // The preset's H100s: NVLink 4, 18 x 20.6.
+  const auto h100 = mgm::sim::machine::preset("dgx-h100");
+  REQUIRE(h100.links().nvlink_generation_of(device_id{0}, device_id{1})->name == "NVLink 4");
+  REQUIRE(h100.links().bandwidth(device_id{0}, device_id{1}).gbps == Approx(18 * 20.6));
+  REQUIRE(h100.links().to_smi_matrix(true).find("NVLink generation: NVLink 4 (H100, H200), 20.6 GB/s") != std::string::npos);
+  REQUIRE(mgm::sim::machine::preset("dgx1-v100").links().bandwidth(device_id{0}, device_id{3}).gbps == Approx(2 * 20.0));
+  REQUIRE(mgm::sim::machine::preset("dgx-a100").links().nvlink_generation_of(device_id{0}, device_id{7})->name == "NVLink 3");
+  // Written as NCCL XML (which keeps sm=) and read back: the same generation and figure.
+  const auto xml = mgm::parse_nccl_topology_xml(mgm::to_nccl_xml(h100.links()));
+  REQUIRE(xml.nvlink_generation_of(device_id{2}, device_id{5})->name == "NVLink 4");
+  REQUIRE(xml.bandwidth(device_id{2}, device_id{5}).gbps == h100.links().bandwidth(device_id{2}, device_id{5}).gbps);
+
+  // The same NV18 from a topo -m text, which names no GPU model: unknown, and the lower bound.
+  const auto text = mgm::parse_smi_topology("\tGPU0\tGPU1\nGPU0\t X \tNV18\nGPU1\tNV18\t X \n");
+  REQUIRE(text.nvlink_generation_of(device_id{0}, device_id{1}) == nullptr);
+  REQUIRE(text.bandwidth(device_id{0}, device_id{1}).gbps == Approx(18 * 20.6));  // was 360 (SM80's 20 per link)
+  REQUIRE(text.to_smi_matrix(true).find("NVLink generation: unknown (no GPU model) for NV18: its figures take 20.6 GB/s") != std::string::npos);
+  // A B200 once its model is known: NVLink 5.
+  std::vector<mgm::gpu_info> b200(2);
+  for (auto& g : b200) g.compute_capability = 100;
+  mgm::topology b{b200};
+  b.set_path(device_id{0}, device_id{1}, mgm::gpu_path::from_label("NV18"));
+  REQUIRE(b.nvlink_generation_of(device_id{1}, device_id{0})->name == "NVLink 5");
+  REQUIRE(b.bandwidth(device_id{0}, device_id{1}).gbps == Approx(18 * 40.1));
+  const std::string printed = b.to_smi_matrix(true);
+  REQUIRE(printed.find("721.8n") != std::string::npos);
+  REQUIRE(printed.find("NVLink 5 (B200, GB200)") != std::string::npos);
+  // Mixed or half-known pairs: the slower generation; unknown when one side is.
+  b200[1].compute_capability = 90;
+  mgm::topology mixed{b200};
+  mixed.set_path(device_id{0}, device_id{1}, mgm::gpu_path::from_label("NV18"));
+  REQUIRE(mixed.nvlink_generation_of(device_id{0}, device_id{1})->name == "NVLink 4");
+  b200[1].compute_capability = 0;
+  mgm::topology half{b200};
+  half.set_path(device_id{0}, device_id{1}, mgm::gpu_path::from_label("NV18"));
+  REQUIRE(half.nvlink_generation_of(device_id{0}, device_id{1}) == nullptr);
+  REQUIRE(half.nvlink_generation_of(device_id{0}, device_id{0}) == nullptr);  // no NVLink
+}
+
+TEST_CASE("realdata: the H100 and B200 files' NV18 say their generation is unknown", "[realdata][topology]") {
+  const auto dir = mgm_test::shared_data("topologies");
+  if (dir.empty()) return;
+  for (const char* f : {"topo_h100_8gpu_nv18_stas00_mlengineering.txt", "topo_gcp_a4_8x_b200_nv18_8nic_dranet.txt"}) {
+    INFO(f);
+    const auto t = mgm::parse_smi_topology(slurp(dir / f));
+    REQUIRE(t.nvlink_generation_of(device_id{0}, device_id{7}) == nullptr);
+    REQUIRE(t.bandwidth(device_id{0}, device_id{7}).gbps == Approx(18 * 20.6));
+    REQUIRE(t.to_smi_matrix(true).find("NVLink generation: unknown") != std::string::npos);
+  }
+  // The preset of the H100 machine and its file agree.
+  REQUIRE(mgm::sim::machine::preset("dgx-h100").links().bandwidth(device_id{0}, device_id{7}).gbps ==
+          mgm::parse_smi_topology(slurp(dir / "topo_h100_8gpu_nv18_stas00_mlengineering.txt")).bandwidth(device_id{0}, device_id{7}).gbps);
 }

@@ -32,6 +32,61 @@ mgm::topology read_topology_file(const std::string& path) {
   }
 }
 
+// `mgm topo --json`. Keys carry their unit where they have one (`bandwidth_gb_per_s`,
+// `memory_bytes`); what is not known is null.
+nlohmann::json topology_json(const mgm::topology& t, bool bandwidth) {
+  const auto or_null = [](const std::optional<int>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  const auto or_null_text = [](const std::string& v) { return v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  nlohmann::json out;
+  out["gpus"] = nlohmann::json::array();
+  for (const auto& g : t.gpus()) {
+    out["gpus"].push_back({{"ordinal", g.ordinal},
+                           {"name", g.name},
+                           {"pci_bus_id", g.pci_bus_id},
+                           {"compute_capability", g.compute_capability == 0 ? nlohmann::json(nullptr)
+                                                                            : nlohmann::json(g.compute_capability)},
+                           {"memory_bytes", g.memory_bytes == 0 ? nlohmann::json(nullptr) : nlohmann::json(g.memory_bytes)},
+                           {"cpu_affinity", g.cpu_affinity},
+                           {"numa_affinity", g.numa_affinity},
+                           {"numa_node", or_null(g.numa_node)},
+                           {"gpu_numa_id", or_null(g.gpu_numa_id)}});
+  }
+  out["links"] = nlohmann::json::array();
+  const auto n = static_cast<int>(t.gpu_count());
+  for (int a = 0; a < n; ++a) {
+    nlohmann::json row = nlohmann::json::array();
+    for (int b = 0; b < n; ++b) {
+      const auto& p = t.path(mgm::device_id{a}, mgm::device_id{b});
+      nlohmann::json cell{{"label", p.label()}, {"nvlinks", p.nvlinks}};
+      if (p.is_nvlink()) {
+        const auto* g = t.nvlink_generation_of(mgm::device_id{a}, mgm::device_id{b});
+        cell["nvlink_generation"] = g != nullptr ? std::string{g->name} : std::string{"unknown"};
+      }
+      if (bandwidth && a != b) {
+        const auto bw = t.bandwidth(mgm::device_id{a}, mgm::device_id{b});
+        cell["bandwidth_gb_per_s"] = bw.gbps;
+        cell["bandwidth_source"] = std::string{mgm::provenance_name(bw.provenance)};
+      }
+      row.push_back(cell);
+    }
+    out["links"].push_back(row);
+  }
+  out["nics"] = nlohmann::json::array();
+  for (std::size_t k = 0; k < t.nics().size(); ++k) {
+    const auto& nic = t.nics()[k];
+    nlohmann::json to_gpu = nlohmann::json::array();
+    for (const auto& p : nic.to_gpu) to_gpu.push_back(p.label());
+    nlohmann::json to_nic = nlohmann::json::array();
+    for (std::size_t o = 0; o < t.nics().size(); ++o) {
+      const auto p = t.nic_path(k, o);
+      to_nic.push_back(p ? nlohmann::json(p->label()) : nlohmann::json(nullptr));
+    }
+    out["nics"].push_back({{"index", k}, {"name", nic.name}, {"device", or_null_text(nic.device)},
+                           {"to_gpu", to_gpu}, {"to_nic", to_nic}});
+  }
+  return out;
+}
+
 }  // namespace
 
 void add_topo(CLI::App& app, context& ctx) {
@@ -48,28 +103,7 @@ void add_topo(CLI::App& app, context& ctx) {
       std::printf("%s", t.to_smi_matrix(*bandwidth).c_str());
       return;
     }
-    nlohmann::json out;
-    out["gpus"] = nlohmann::json::array();
-    for (const auto& g : t.gpus()) {
-      out["gpus"].push_back({{"ordinal", g.ordinal}, {"name", g.name}, {"pci_bus_id", g.pci_bus_id},
-                             {"cpu_affinity", g.cpu_affinity}, {"numa_affinity", g.numa_affinity}});
-    }
-    out["links"] = nlohmann::json::array();
-    const auto n = static_cast<int>(t.gpu_count());
-    for (int a = 0; a < n; ++a) {
-      nlohmann::json row = nlohmann::json::array();
-      for (int b = 0; b < n; ++b) {
-        const auto& p = t.path(mgm::device_id{a}, mgm::device_id{b});
-        nlohmann::json cell{{"label", p.label()}, {"nvlinks", p.nvlinks}};
-        if (*bandwidth && a != b) {
-          const auto bw = t.bandwidth(mgm::device_id{a}, mgm::device_id{b});
-          cell["gbps"] = bw.gbps;
-        }
-        row.push_back(cell);
-      }
-      out["links"].push_back(row);
-    }
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", topology_json(t, *bandwidth).dump(2).c_str());
   });
 }
 

@@ -11,10 +11,14 @@
 /// `smi == NV`.
 ///
 /// Bandwidths are per direction, in GB/s, each with its provenance: *nominal* values follow
-/// NCCL's constants (src/graph/topo.h, ../shared/research/topology.md §1.2): per NVLink SM60 18,
-/// SM70 20, SM80 20, SM86 12, SM90 20.6, SM100 40.1; PCIe width x speed / 80 (12 / 24 / 48 GB/s
+/// NCCL's constants (src/graph/topo.h, ../shared/research/topology.md §1.2): per NVLink one table,
+/// `nvlink_generations()`, by generation (NVLink 1 P100 18, 2 V100 20, 3 A100 20, 3 on GA102's
+/// x4 bridge 12, 4 H100/H200 20.6, 5 B200 40.1); PCIe width x speed / 80 (12 / 24 / 48 GB/s
 /// for Gen3 / 4 / 5 x16); across sockets the CPU's interconnect (Intel 6 / 10 / 22 / 40 by
 /// generation, AMD 16, POWER9 32, ARM 6); a path is as fast as its slowest part.
+/// The generation of an NVLink comes from the GPUs' compute capability. Where it is unknown (a
+/// `topo -m` file names no GPU model), the pair's figure is a lower bound: the slowest generation
+/// that can bond that many links, and `nvlink_generation_of` says so (nullptr).
 /// Sources: `parse_smi_topology` (the text of `nvidia-smi topo -m`), the simulator's presets.
 #pragma once
 
@@ -23,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,11 +76,12 @@ struct gpu_info {
   std::optional<int> pci_depth;          ///< PCIe bridges between the CPU and the GPU, when known
 };
 
-/// @brief A network card, kept apart from the GPUs: its name and its path to each GPU.
+/// @brief A network card, kept apart from the GPUs: its name, its path to each GPU and to each NIC.
 struct nic_info {
   std::string name;                      ///< "NIC0" or "mlx5_0"
   std::string device;                    ///< "mlx5_0" (from nvidia-smi's NIC legend) when known
   std::vector<gpu_path> to_gpu;          ///< per GPU ordinal
+  std::vector<gpu_path> to_nic{};        ///< per NIC index ("X" at its own); empty when not known
 };
 
 /// @brief Where a bandwidth figure comes from.
@@ -88,8 +94,29 @@ struct link_bandwidth {
   friend bool operator==(const link_bandwidth&, const link_bandwidth&) = default;
 };
 
-/// @brief NCCL's per-NVLink bandwidth for a compute capability (major * 10 + minor), GB/s.
+/// @brief How a provenance is printed: "nominal", "detected", "measured", "overridden".
+[[nodiscard]] std::string_view provenance_name(link_provenance p) noexcept;
+
+/// @brief One NVLink generation (one row of the table all sources take: presets, files, discovery).
+struct nvlink_generation {
+  int number{0};               ///< 1 ... 5
+  std::string_view name;       ///< "NVLink 4"; GA102's narrower links: "NVLink 3 (GA102, x4 links)"
+  std::string_view gpus;       ///< "H100, H200"
+  int min_cc{0};               ///< the compute capabilities (major * 10 + minor) that have it
+  int max_cc{0};
+  int max_links_per_gpu{0};    ///< the most NVLinks one GPU of that generation has
+  double gbps_per_link{0.0};   ///< NCCL's effective figure per link, per direction, GB/s
+};
+
+/// @brief Every NVLink generation, oldest first (see the file comment for the sources).
+[[nodiscard]] std::span<const nvlink_generation> nvlink_generations() noexcept;
+/// @brief The NVLink generation of a compute capability; nullptr when unknown (0) or none has it.
+[[nodiscard]] const nvlink_generation* find_nvlink_generation(int compute_capability) noexcept;
+/// @brief The per-link figure of `find_nvlink_generation(compute_capability)`, GB/s; 0 when unknown.
 [[nodiscard]] double nvlink_gbps_per_link(int compute_capability) noexcept;
+/// @brief A lower bound per link when the generation is unknown: the slowest generation whose GPUs
+/// can bond `links` NVLinks (the slowest of all when none can), GB/s.
+[[nodiscard]] double nvlink_gbps_per_link_lower_bound(int links) noexcept;
 /// @brief A GPU's PCIe link per direction, GB/s: its own figure, or NCCL's width x speed / 80 for
 /// the generation its compute capability implies (x16: Volta Gen3 12, Ampere and Ada Gen4 24,
 /// Hopper and later Gen5 48).
@@ -118,7 +145,17 @@ class topology {
   void set_paths_from_labels(const std::vector<std::vector<std::string_view>>& labels);
 
   [[nodiscard]] const std::vector<nic_info>& nics() const noexcept { return nics_; }
+  /// @brief Adds a NIC. @throws mgm::logic_error unless `to_gpu` has one path per GPU, and
+  /// `to_nic`, when given, has "X" at the NIC's own index.
   void add_nic(nic_info nic);
+  /// @brief The path between NICs `a` and `b` (by index, either side's `to_nic`); nullopt when
+  /// neither knows it. @throws mgm::logic_error when either is out of range.
+  [[nodiscard]] std::optional<gpu_path> nic_path(std::size_t a, std::size_t b) const;
+
+  /// @brief The NVLink generation of the pair's link; nullptr when the path is no NVLink or the
+  /// generation is unknown (a GPU's compute capability is 0 or has none; different generations:
+  /// the slower one).
+  [[nodiscard]] const nvlink_generation* nvlink_generation_of(device_id a, device_id b) const;
 
   /// @brief The bandwidth from `a` to `b`: a figure set for the pair, or else the nominal one.
   [[nodiscard]] link_bandwidth bandwidth(device_id a, device_id b) const;
@@ -130,8 +167,9 @@ class topology {
   void set_inter_socket_gbps(double gbps) noexcept { inter_socket_gbps_ = gbps; }
   [[nodiscard]] double inter_socket() const noexcept { return inter_socket_gbps_; }
 
-  /// @brief The matrix as `nvidia-smi topo -m` prints it (GPUs, then NICs; CPU and NUMA affinity;
-  /// the legend), so nvidia-smi users read it at once. With `bandwidths`, a second matrix of GB/s.
+  /// @brief The matrix as `nvidia-smi topo -m` prints it (GPUs, then NICs; CPU and NUMA affinity,
+  /// GPU NUMA ID; the legend and the NIC legend), so nvidia-smi users read it at once. With
+  /// `bandwidths`, a second matrix of GB/s and the NVLink generation ("unknown" where it is).
   [[nodiscard]] std::string to_smi_matrix(bool bandwidths = false) const;
 
   friend bool operator==(const topology& a, const topology& b) noexcept {
@@ -148,11 +186,14 @@ class topology {
 };
 
 /// @brief Reads the text of `nvidia-smi topo -m`: a leading prompt line, tabs and spaces however
-/// aligned, NIC rows and the NIC legend, CPU / NUMA affinity and GPU NUMA ID columns where present
-/// (a GPU's NUMA node is the first of its NUMA affinity; unknown where the column is absent or
-/// `N/A`), the legacy `SOC` label as `SYS`.
-/// @throws mgm::parse_error naming the line (and column) when the text holds no such matrix or a
-/// row of it is malformed.
+/// aligned (tabs turned into runs of spaces too), NIC rows with their NIC-to-NIC cells and the NIC
+/// legend (`NIC0: mlx5_0` names `device`), CPU / NUMA affinity and GPU NUMA ID columns where
+/// present (a GPU's NUMA node is the first of its NUMA affinity; unknown where the column is absent
+/// or `N/A`), the legacy `SOC` label as `SYS`, and the cells nvidia-smi runs together when it has
+/// many NICs (`NIC7NIC8` in the header, `SYSSYS` in a row: split at each known label).
+/// @throws mgm::parse_error naming the line and column: of the header when it is wrong (no GPU0
+/// column, GPUs out of order), of the cell that is no label, off the diagonal `X`, or differs
+/// from its mirror; of the row that is short or unknown.
 [[nodiscard]] topology parse_smi_topology(std::string_view text);
 
 /// @brief Reads NCCL's topology XML (`NCCL_TOPO_FILE`): GPUs are `pci` elements of class
