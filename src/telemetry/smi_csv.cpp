@@ -422,7 +422,9 @@ std::vector<std::string_view> split_fields(std::string_view line, separator sep 
   while (i < body.size()) {
     std::size_t run = i;
     bool has_tab = false;
-    while (run < body.size() && (body[run] == ' ' || body[run] == '\t')) has_tab = has_tab || body[run++] == '\t';
+    for (; run < body.size() && (body[run] == ' ' || body[run] == '\t'); ++run) {
+      if (body[run] == '\t') has_tab = true;
+    }
     const std::size_t width = run - i;
     const bool splits = sep == separator::tab ? has_tab : (has_tab || width >= 2);
     if (width > 0 && splits) {

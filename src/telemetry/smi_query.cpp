@@ -546,10 +546,12 @@ gpu_log read_smi_query_text(std::string_view text, const log_read_options& optio
   bool in_gpu = false;
   bool any = false;
 
+  bool bad_time = false;  // a document whose Timestamp cannot be read is left out (lenient mode)
   auto close_document = [&] {
-    if (in_document && !gpus.empty()) builder.document(time, gpus, text_table);
+    if (in_document && !gpus.empty() && !bad_time) builder.document(time, gpus, text_table);
     gpus.clear();
     time.reset();
+    bad_time = false;
     in_gpu = false;
     in_document = false;
   };
@@ -589,7 +591,10 @@ gpu_log read_smi_query_text(std::string_view text, const log_read_options& optio
         any = true;
         time = parse_ctime(value);
         if (!time) time = parse_log_time(value);
-        if (!time) builder.issue(line.number, 0, "Timestamp: '" + std::string{value} + "' is not a time");
+        if (!time) {
+          builder.issue(line.number, 0, "Timestamp: '" + std::string{value} + "' is not a time");
+          bad_time = true;
+        }
       }
       continue;  // Driver Version, CUDA Version, Attached GPUs, or text around a paste
     }
