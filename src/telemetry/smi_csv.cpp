@@ -396,18 +396,76 @@ column classify(std::string_view spelled) {
   return c;
 }
 
-std::vector<std::string_view> split_fields(std::string_view line) { return mgm::detail::split_trimmed_fields(line); }
+// What separates the fields of a table: nvidia-smi's commas, or what a paste has instead.
+enum class separator : std::uint8_t { comma, bar, tab, blanks };
+
+// The trimmed fields of `line` (views into it) as `sep` separates them. `bar`: the outer bars are
+// optional; `tab`: a run of tabs is one separator (tables aligned with several); `blanks`: a tab,
+// or a run of two spaces or more (one space stays inside a value: `1094 MiB`).
+std::vector<std::string_view> split_fields(std::string_view line, separator sep = separator::comma) {
+  if (sep == separator::comma) return mgm::detail::split_trimmed_fields(line);
+  std::string_view body = trim(line);
+  std::vector<std::string_view> out;
+  if (sep == separator::bar) {
+    if (!body.empty() && body.front() == '|') body.remove_prefix(1);
+    if (!body.empty() && body.back() == '|') body.remove_suffix(1);
+    for (std::size_t start = 0;;) {
+      const auto bar = body.find('|', start);
+      out.push_back(trim(body.substr(start, bar == std::string_view::npos ? std::string_view::npos : bar - start)));
+      if (bar == std::string_view::npos) break;
+      start = bar + 1;
+    }
+    return out;
+  }
+  std::size_t start = 0;
+  std::size_t i = 0;
+  while (i < body.size()) {
+    std::size_t run = i;
+    bool has_tab = false;
+    for (; run < body.size() && (body[run] == ' ' || body[run] == '\t'); ++run) {
+      if (body[run] == '\t') has_tab = true;
+    }
+    const std::size_t width = run - i;
+    const bool splits = sep == separator::tab ? has_tab : (has_tab || width >= 2);
+    if (width > 0 && splits) {
+      out.push_back(trim(body.substr(start, i - start)));
+      start = run;
+    }
+    i = width > 0 ? run : i + 1;
+  }
+  out.push_back(trim(body.substr(start)));
+  return out;
+}
+
+// A Markdown or hand-drawn rule under a table's header: `|---|:---:|`, `-----  ----`.
+bool rule_line(std::string_view body) {
+  return body.size() >= 3 && body.find_first_not_of("-=+|: \t") == std::string_view::npos &&
+         body.find_first_of("-=") != std::string_view::npos;
+}
+
+// The separators a line without commas might use, most likely first.
+std::vector<separator> other_separators(std::string_view line) {
+  std::vector<separator> out;
+  if (line.find('|') != std::string_view::npos) {
+    out.push_back(separator::bar);
+    return out;  // a `|` inside a blank-separated field is a table border: not a header
+  }
+  if (line.find('\t') != std::string_view::npos) out.push_back(separator::tab);
+  out.push_back(separator::blanks);
+  return out;
+}
 
 bool starts_like_number(std::string_view s) {
   return !s.empty() && (std::isdigit(static_cast<unsigned char>(s.front())) != 0 || s.front() == '-' ||
                         s.front() == '+' || s.front() == '.');
 }
 
-// A header: two names or more, none empty, a number or a bracketed value, one a known column.
-std::optional<std::vector<column>> as_header(const std::vector<std::string_view>& fields) {
+// A header: two names or more, none empty, a number or a bracketed value, `min_known` of them
+// known columns (two for a table without commas: a human nvidia-smi table has `Name` in it).
+std::optional<std::vector<column>> as_header(const std::vector<std::string_view>& fields, int min_known = 1) {
   if (fields.size() < 2) return std::nullopt;
   std::vector<column> columns;
-  bool known = false;
+  int known = 0;
   for (std::size_t i = 0; i < fields.size(); ++i) {
     const auto f = fields[i];
     if (f.empty()) {
@@ -416,10 +474,27 @@ std::optional<std::vector<column>> as_header(const std::vector<std::string_view>
     }
     if (starts_like_number(f) || f.front() == '[') return std::nullopt;
     columns.push_back(classify(f));
-    known = known || columns.back().target != field::none;
+    if (columns.back().target != field::none) ++known;
   }
-  if (!known) return std::nullopt;
+  if (known < min_known) return std::nullopt;
   return columns;
+}
+
+struct header_found {
+  std::vector<column> columns;
+  separator sep;
+};
+
+// The line as a header with commas, else with the separator of a pasted table.
+std::optional<header_found> find_header(std::string_view line) {
+  if (line.find(',') != std::string_view::npos) {
+    if (auto h = as_header(split_fields(line))) return header_found{std::move(*h), separator::comma};
+    return std::nullopt;
+  }
+  for (const auto sep : other_separators(line)) {
+    if (auto h = as_header(split_fields(line, sep), 2)) return header_found{std::move(*h), sep};
+  }
+  return std::nullopt;
 }
 
 bool is_missing(std::string_view v) {
@@ -436,8 +511,11 @@ struct layout {
   bool apps{false};
   bool has_time{false};
   bool mgm{false};
+  separator sep{separator::comma};
+  bool sep_known{true};  // false for `options.columns`: the first row tells
 
-  explicit layout(std::vector<column> cols, std::size_t at) : columns{std::move(cols)}, line{at} {
+  explicit layout(std::vector<column> cols, std::size_t at, separator s = separator::comma)
+      : columns{std::move(cols)}, line{at}, sep{s} {
     for (std::size_t i = 0; i < columns.size(); ++i) {
       if (columns[i].target != field::none) by_field[static_cast<std::size_t>(columns[i].target)].push_back(i);
       if (columns[i].spelled.size() >= 4 && (columns[i].spelled.compare(0, 4, "mgm.") == 0)) mgm = true;
@@ -569,6 +647,7 @@ gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
     std::vector<column> cols;
     for (const auto& c : options.columns) cols.push_back(classify(c));
     current.emplace(std::move(cols), 0);
+    current->sep_known = false;
     if (!current->has(field::timestamp)) log.has_timestamps = false;
     if (current->mgm) log.format = "mgm-csv";
   }
@@ -583,17 +662,22 @@ gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
   for (const auto& line : lines) {
     const std::string_view body = trim(line.text);
     if (body.empty() || body.front() == '#') continue;
-    auto fields = split_fields(line.text);
-    if (auto head = as_header(fields)) {
+    if (auto head = find_header(line.text)) {
       if (options.columns.empty()) {
-        current.emplace(std::move(*head), line.number);
+        current.emplace(std::move(head->columns), line.number, head->sep);
         if (!current->has(field::timestamp)) log.has_timestamps = false;
         if (current->mgm) log.format = "mgm-csv";
       }
       continue;  // with `columns` given, the file's header is skipped
     }
     if (!current) continue;  // before the header: a human table, a banner
+    if (!current->sep_known) {
+      current->sep = body.find(',') != std::string_view::npos ? separator::comma : other_separators(body).front();
+      current->sep_known = true;
+    }
     const auto& l = *current;
+    if (l.sep != separator::comma && rule_line(body)) continue;
+    auto fields = split_fields(line.text, l.sep);
     std::size_t count = fields.size();
     if (count == l.columns.size() + 1 && fields.back().empty()) --count;  // a trailing comma
     if (count != l.columns.size()) {
@@ -707,8 +791,9 @@ gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
   }
   if (!current) {
     fail_csv(1, 0,
-             "no header line found (a line of column names such as 'timestamp, index, memory.used [MiB]'); "
-             "a noheader log needs log_read_options::columns");
+             "no header line found (a line of column names such as 'timestamp, index, memory.used [MiB]', "
+             "separated by commas, '|', tabs or two spaces); for a log without one, give its column names "
+             "with --columns (e.g. --columns 'timestamp,index,memory.used [MiB]')");
   }
   return log;
 }
@@ -719,22 +804,23 @@ gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
 
 log_format detect_log_format(std::string_view text) noexcept {
   try {
-    bool comma = false;
     std::size_t seen = 0;
     for (const auto& line : detail::split_log_lines(text)) {
       const auto body = trim(line.text);
       if (body.empty()) continue;
       if (seen++ == 0) {
+        if (body.starts_with("<?xml") || body.starts_with("<nvidia_smi_log") || body.starts_with("<!DOCTYPE nvidia_smi_log")) {
+          return log_format::smi_xml;
+        }
         if (body.front() == '{') return log_format::jsonl;
         const auto first = trim(body.substr(0, body.find(',')));
         if (body.find(',') != std::string_view::npos && (first == "Date" || first == "date")) return log_format::gpuz;
       }
-      if (body.find(',') != std::string_view::npos) {
-        comma = true;
-        break;
-      }
+      if (detail::is_smi_query_text_line(line.text)) return log_format::smi_text;
+      if (body.find(',') != std::string_view::npos) return log_format::smi_csv;
+      if (find_header(line.text)) return log_format::smi_csv;  // a table pasted with other separators
     }
-    return comma ? log_format::smi_csv : log_format::unknown;
+    return log_format::unknown;
   } catch (...) {  // only std::bad_alloc can get here
     return log_format::unknown;
   }
@@ -749,10 +835,16 @@ gpu_log read_gpu_log(std::string_view text, const log_read_options& options) {
       return read_gpuz_log(text, options);
     case log_format::jsonl:
       return read_jsonl_log(text, options);
+    case log_format::smi_xml:
+      return read_smi_query_xml(text, options);
+    case log_format::smi_text:
+      return read_smi_query_text(text, options);
     case log_format::unknown:
       break;
   }
-  throw parse_error{"GPU log, line 1: unknown format (expected nvidia-smi CSV, a GPU-Z sensor log or JSON lines)",
+  throw parse_error{"GPU log, line 1: unknown format (expected nvidia-smi --query-gpu CSV or a table of it, "
+                    "nvidia-smi -q or -q -x output, a GPU-Z sensor log or JSON lines); for a table without "
+                    "a header line, give its column names with --columns",
                     1, 0};
 }
 

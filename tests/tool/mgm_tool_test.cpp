@@ -3,6 +3,7 @@
 #include <mgm/telemetry/log_format.hpp>
 #include <mgm/topology/topology.hpp>
 
+#include "data/smi_q_2x_a100_80gb_m4logs.hpp"
 #include "shared_data.hpp"
 #include "tool/run_mgm.hpp"
 
@@ -344,6 +345,129 @@ TEST_CASE("mgm leak and mgm plot on real logs", "[tool][realdata]") {
   const auto missing = run_mgm("leak /nonexistent/gpus.csv");
   CHECK(missing.rc == 2);
   CHECK(missing.err.find("/nonexistent/gpus.csv") != std::string::npos);
+}
+
+namespace {
+
+// `text` with the first `from` replaced by `to` (the test fails when `from` is not there).
+std::string replace_once(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("mgm leak and plot on an nvidia-smi -q log: a verdict per GPU, labelled as nvidia-smi numbers them", "[tool]") {
+  // 40 runs of the real two-A100 `nvidia-smi -q` excerpt a minute apart, as `-l 60` appends
+  // them: GPU 0's memory grows 50 MiB a run, GPU 1's stays.
+  const std::string real{mgm_test::smi_q_2x_a100_80gb_m4logs};
+  std::string text;
+  for (int k = 0; k < 40; ++k) {
+    char stamp[32];
+    std::snprintf(stamp, sizeof stamp, "Sat Mar  4 %02d:%02d:00 2023", 5 + k / 60, k % 60);
+    std::string run = replace_once(real, "Sat Mar  4 04:55:00 2023", stamp);
+    text += replace_once(run, "Used                              : 22377 MiB",
+                         "Used                              : " + std::to_string(22377 + 50 * k) + " MiB");
+  }
+  const auto file = scratch() / "a100x2.smi-q.txt";
+  std::ofstream{file, std::ios::binary} << text;
+  const auto r = run_mgm("--json leak '" + file.string() + "'");
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  int gpus = 0;
+  for (const auto& g : j) {
+    if (g.contains("pid")) continue;
+    ++gpus;
+    CHECK(g["name"] == "NVIDIA A100-SXM4-80GB");
+    if (g["gpu"] == 0) {
+      CHECK(g["key"] == "GPU-eb0003d2-77b4-70fd-4ab9-3ef1c9853c49");
+      CHECK(g["verdict"] == "leak");
+      CHECK(g["rate_mib_per_min"].get<double>() == Approx(50.0).epsilon(0.05));
+    } else {
+      CHECK(g["gpu"] == 1);
+      CHECK(g["key"] == "GPU-39cbea41-34d5-0fca-4f58-d64c23221021");
+      CHECK(g["verdict"] == "no_growth");
+    }
+  }
+  CHECK(gpus == 2);
+  const auto table = run_mgm("leak '" + file.string() + "'");
+  REQUIRE(table.rc == 0);
+  CHECK(table.out.find("nvidia-smi-q, 80 readings") != std::string::npos);
+  CHECK(table.out.find("GPU0 NVIDIA A100-SXM4-80GB               leak") != std::string::npos);
+  CHECK(table.out.find("GPU1 NVIDIA A100-SXM4-80GB               no_growth") != std::string::npos);
+  const auto svg = scratch() / "a100x2.svg";
+  REQUIRE(run_mgm("plot '" + file.string() + "' -o '" + svg.string() + "'").rc == 0);
+  CHECK(count(slurp(svg), "<polyline class=\"gpu\"") == 2);
+  CHECK(slurp(svg).find("GPU1 NVIDIA A100-SXM4-80GB") != std::string::npos);
+}
+
+TEST_CASE("mgm leak and plot on an nvidia-smi -q -x -l log built from a real sample", "[tool][realdata]") {
+  const auto smi = mgm_test::shared_data("nvidia-smi");
+  if (smi.empty()) return;
+  // 30 copies of the real A100 (MIG) document, a minute apart, memory growing 20 MiB a minute.
+  const auto real = slurp(smi / "smi_q_x_a100-sxm4-mig_netdata.xml");
+  std::string text;
+  for (int k = 0; k < 30; ++k) {
+    char stamp[64];
+    std::snprintf(stamp, sizeof stamp, "<timestamp>Fri Jan 27 12:%02d:31 2023</timestamp>", k);
+    std::string doc = replace_once(real, "<timestamp>Fri Jan 27 11:32:31 2023</timestamp>", stamp);
+    text += replace_once(doc, "<used>38 MiB</used>", "<used>" + std::to_string(38 + 20 * k) + " MiB</used>");
+  }
+  const auto file = scratch() / "a100.smi-q-x.xml";
+  std::ofstream{file, std::ios::binary} << text;
+  const auto r = run_mgm("--json leak '" + file.string() + "'");
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.size() == 1);
+  CHECK(j[0]["gpu"] == 0);
+  CHECK(j[0]["name"] == "NVIDIA A100-SXM4-40GB");
+  CHECK(j[0]["verdict"] == "leak");
+  CHECK(j[0]["rate_mib_per_min"].get<double>() == Approx(20.0).epsilon(0.05));
+  CHECK(run_mgm("leak '" + file.string() + "'").out.find("GPU0 NVIDIA A100-SXM4-40GB") != std::string::npos);
+  const auto svg = scratch() / "a100.svg";
+  REQUIRE(run_mgm("plot '" + file.string() + "' -o '" + svg.string() + "'").rc == 0);
+  CHECK(count(slurp(svg), "<polyline class=\"gpu\"") == 1);
+  // Each real sample alone: one reading, no verdict to give, but read.
+  for (const char* f : {"smi_q_x_rtx-2080-win_netdata.xml", "smi_q_x_rtx-3060_netdata.xml",
+                        "smi_q_x_rtx-4090-driver-535_netdata.xml", "smi_q_x_tesla-p100_netdata.xml"}) {
+    const auto one = run_mgm("leak '" + (smi / f).string() + "'");
+    CHECK(one.rc == 0);
+    CHECK(one.out.find("nvidia-smi-xml, 1 readings") != std::string::npos);
+  }
+}
+
+TEST_CASE("mgm leak on pasted tables; an unreadable one is refused naming --columns", "[tool]") {
+  const auto dir = scratch();
+  std::string md = "| timestamp | index | name | memory.used [MiB] |\n|---|---|---|---|\n";
+  for (int k = 0; k < 30; ++k) {
+    char row[128];
+    std::snprintf(row, sizeof row, "| 2025/06/13 00:%02d:00.000 | 0 | NVIDIA H100 80GB HBM3 | %d MiB |\n", k, 1000 + 30 * k);
+    md += row;
+  }
+  std::ofstream{dir / "table.md"} << md;
+  const auto r = run_mgm("--json leak '" + (dir / "table.md").string() + "'");
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j.size() == 1);
+  CHECK(j[0]["name"] == "NVIDIA H100 80GB HBM3");
+  CHECK(j[0]["verdict"] == "leak");
+
+  std::ofstream{dir / "noheader.txt"} << "2025/06/13 00:00:00.000 | 0 | 1000 MiB\n2025/06/13 00:01:00.000 | 0 | 1030 MiB\n";
+  const auto refused = run_mgm("leak '" + (dir / "noheader.txt").string() + "'");
+  CHECK(refused.rc == 2);
+  CHECK(refused.err.find("--columns") != std::string::npos);
+  CHECK(refused.err.find("log_read_options") == std::string::npos);
+  CHECK(refused.err.find(".cpp") == std::string::npos);
+  const auto given = run_mgm("leak '" + (dir / "noheader.txt").string() + "' --columns 'timestamp,index,memory.used [MiB]'");
+  CHECK(given.rc == 0);
+  CHECK(given.out.find("2 readings") != std::string::npos);
+
+  std::ofstream{dir / "cut.xml"} << "<?xml version=\"1.0\" ?>\n<nvidia_smi_log>\n<timestamp>Fri Jan 27 11:32:31 2023</timestamp>\n<gpu id=\"x\">\n";
+  const auto cut = run_mgm("leak --strict '" + (dir / "cut.xml").string() + "'");
+  CHECK(cut.rc == 2);
+  CHECK(cut.err.find("not well-formed XML") != std::string::npos);
+  CHECK(cut.err.find(".cpp") == std::string::npos);
 }
 
 TEST_CASE("mgm plan: counts add up, spill order per GPU", "[tool]") {

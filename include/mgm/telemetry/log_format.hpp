@@ -9,6 +9,12 @@
 /// - *GPU-Z log*: GPU-Z's "Sensor Log" (`" , "`-separated padded fields, a trailing `" ,"`,
 ///   Windows-1252, CRLF). One card per file; it names neither the card nor its index.
 /// - *JSON lines*: one object per device sample as `jsonl_sink` writes it.
+/// - *smi XML*: what `nvidia-smi -q -x` prints, one `<nvidia_smi_log>` document per run; with
+///   `-l N` one document after another in the same file, each a time point of every GPU.
+/// - *smi text*: what `nvidia-smi -q` (or `-q -d MEMORY,...`) prints: an `NVSMI LOG` banner, a
+///   `Timestamp`, then one indented `GPU 00000000:07:00.0` section per GPU; `-l N` appends.
+/// - *smi table*: the `--query-gpu` CSV as people paste it elsewhere, with `|` or tabs or runs of
+///   two spaces or more between the columns instead of commas (Markdown tables included).
 ///
 /// Reading rules (every reader):
 /// - Lines are numbered from 1 as in the file. NUL bytes are dropped wherever they are (logs
@@ -63,12 +69,14 @@ struct log_read_options {
   std::string device_name;
 };
 
-/// @brief The formats `read_gpu_log` recognises.
-enum class log_format : std::uint8_t { unknown, smi_csv, gpuz, jsonl };
+/// @brief The formats `read_gpu_log` recognises (`smi_csv` includes the smi tables).
+enum class log_format : std::uint8_t { unknown, smi_csv, gpuz, jsonl, smi_xml, smi_text };
 
-/// @brief The format of a log from its first non-blank lines: a `{` starts JSON lines; a first
-/// field `Date` a GPU-Z log; anything else that has a line with a comma an smi CSV (a leading
-/// human `nvidia-smi` table is allowed); else unknown.
+/// @brief The format of a log from its first non-blank lines: `<?xml` or `<nvidia_smi_log` an
+/// smi XML; the `NVSMI LOG` banner, or a `GPU 00000000:07:00.0` line, an smi text; a `{` starts
+/// JSON lines; a first field `Date` a GPU-Z log; a line with a comma, or a header line of known
+/// column names separated by `|`, tabs or two spaces, an smi CSV (a leading human `nvidia-smi`
+/// table is allowed); else unknown.
 [[nodiscard]] log_format detect_log_format(std::string_view text) noexcept;
 
 /// @brief Reads a log of any format `detect_log_format` recognises (an smi CSV when
@@ -87,6 +95,10 @@ enum class log_format : std::uint8_t { unknown, smi_csv, gpuz, jsonl };
 ///
 /// - Fields are split at every comma and trimmed; nvidia-smi never quotes, so neither do we (a
 ///   process name with a comma makes its line an issue: one field too many).
+/// - A header without commas but with `|`, tabs, or runs of two spaces or more between known
+///   column names (`timestamp | index | memory.used [MiB]`) sets that separator for the rows under
+///   it: `|` with or without outer bars (a Markdown table's `|---|` rule line is skipped), tabs,
+///   or runs of two blanks or more (a single space stays inside a value: `1094 MiB`).
 /// - Everything before the header line (the first line of at least two comma-separated names,
 ///   none a number, one a known column) is skipped and not counted as issues. A later line of
 ///   that shape starts a new header (logs appended by several runs).
@@ -113,6 +125,45 @@ enum class log_format : std::uint8_t { unknown, smi_csv, gpuz, jsonl };
 /// named `options.device_name` or "GPU-Z". A new `Date` header line (GPU-Z appending to a log)
 /// starts a new column set. @throws mgm::parse_error as the reading rules say.
 [[nodiscard]] gpu_log read_gpuz_log(std::string_view text, const log_read_options& options = {});
+
+/// @brief Reads `nvidia-smi -q -x` output (format "nvidia-smi-xml"): one document, or the
+/// documents `-l N` appends to a file one after another, each one time point.
+///
+/// - Time: the document's `<timestamp>` (`Sat Mar  4 04:55:00 2023`, the machine's local time,
+///   taken as UTC); a document without one makes `has_timestamps` false.
+/// - Per `<gpu>`, in document order (nvidia-smi's index order, which is `device_sample::index`):
+///   `id` (bus id), `uuid`, `product_name`; `fb_memory_usage` `total`/`reserved`/`used`/`free`
+///   (`81920 MiB`); `utilization` `gpu_util`/`memory_util`; `temperature/gpu_temp`; power from
+///   `power_readings` (drivers before 535) or `gpu_power_readings`; `clocks` `sm_clock`/`mem_clock`;
+///   PCIe generation, width and `tx_util`/`rx_util` (KB/s, read as 10^3 B/s); `processes`.
+/// - MIG: a GPU's own `fb_memory_usage` already counts its instances'; the `mig_devices` entries
+///   are not separate GPUs, and their memory is never taken for the GPU's.
+/// - `N/A`, `Not Supported`, `Unknown Error` (bracketed or not) make the metric empty; a reason
+///   other than `N/A` is kept in `device_sample::missing`.
+/// - A document that is not well-formed (the last one, cut short when logging stopped) or a GPU
+///   with a value that is not one of its metric's is an issue naming its line (lenient) or throws.
+/// @throws mgm::parse_error (line 1) when there is no `<nvidia_smi_log>` at all; in strict mode,
+/// at the first document or value that cannot be read.
+[[nodiscard]] gpu_log read_smi_query_xml(std::string_view text, const log_read_options& options = {});
+
+/// @brief Reads `nvidia-smi -q` text (format "nvidia-smi-q"): the whole query or some of its
+/// sections (`-q -d MEMORY`), one run or several appended by `-l N`.
+///
+/// - A document starts at the `==============NVSMI LOG==============` banner (or, in a paste
+///   without it, at a `Timestamp` line after GPU sections); its time is that `Timestamp` line
+///   (ctime's form, taken as UTC).
+/// - A `GPU 00000000:07:00.0` line at the left margin opens a GPU (its bus id); the GPUs of a
+///   document are numbered in order from 0. Below it, sections nest by indentation (any width,
+///   a tab counts as 4), and `Key : Value` lines are read by their section path: `FB Memory
+///   Usage` `Total`/`Reserved`/`Used`/`Free`, `Product Name`, `GPU UUID`, `Utilization` `Gpu`/
+///   `Memory`, `Temperature/GPU Current Temp`, `Power Readings` (or `GPU Power Readings`) `Power
+///   Draw`/`Power Limit`, `Clocks` `SM`/`Memory`, PCIe, and `Processes` (`Process ID`, `Name`,
+///   `Used GPU Memory`). A `MIG Devices` section's memory is never taken for the GPU's.
+/// - Missing values and bad values as for `read_smi_query_xml`; lines outside a GPU section (a
+///   shell prompt around a paste) are ignored.
+/// @throws mgm::parse_error (line 1) when there is neither a banner nor a GPU section; in strict
+/// mode, at the first value that cannot be read.
+[[nodiscard]] gpu_log read_smi_query_text(std::string_view text, const log_read_options& options = {});
 
 /// @brief Reads JSON lines as `jsonl_sink` writes them (format "jsonl"); every line needs a
 /// `timestamp`. @throws mgm::parse_error as the reading rules say.
@@ -248,6 +299,9 @@ struct number_and_unit {
   std::string_view unit;
 };
 [[nodiscard]] std::optional<number_and_unit> parse_number_and_unit(std::string_view text) noexcept;
+/// True for a line only `nvidia-smi -q` text has: its `=...NVSMI LOG...=` banner, or a
+/// `GPU 00000000:07:00.0` section head at the left margin.
+[[nodiscard]] bool is_smi_query_text_line(std::string_view line) noexcept;
 }  // namespace detail
 
 }  // namespace mgm::telemetry

@@ -85,7 +85,8 @@ struct log_issue {
 
 /// @brief A GPU log as read: the samples in file order (GPUs interleaved as in the file).
 struct gpu_log {
-  std::string format;                        ///< "nvidia-smi-csv", "mgm-csv", "gpuz", "jsonl"
+  /// "nvidia-smi-csv", "mgm-csv", "nvidia-smi-xml" (`-q -x`), "nvidia-smi-q" (`-q` text), "gpuz", "jsonl"
+  std::string format;
   std::vector<device_sample> samples;
   std::vector<process_row> process_rows;     ///< from a `--query-compute-apps` log
   std::vector<log_issue> issues;             ///< lines skipped (in lenient mode)
