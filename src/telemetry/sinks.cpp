@@ -165,6 +165,21 @@ std::optional<std::uint64_t> get_memory(const nlohmann::json& j, const char* key
   return static_cast<std::uint64_t>(std::llround(b));
 }
 
+// A key with its unit (`memory.used_mib`), or the name that logs written before it used
+// (`memory.used`): old JSON lines files read as they did.
+const char* either(const nlohmann::json& j, const char* key, const char* older) {
+  return member(j, key) != nullptr ? key : older;
+}
+std::optional<double> get_double(const nlohmann::json& j, const char* key, const char* older) {
+  return get_double(j, either(j, key, older));
+}
+std::optional<unsigned> get_unsigned(const nlohmann::json& j, const char* key, const char* older) {
+  return get_unsigned(j, either(j, key, older));
+}
+std::optional<std::uint64_t> get_memory(const nlohmann::json& j, const char* key, const char* older) {
+  return get_memory(j, either(j, key, older));
+}
+
 std::string get_string(const nlohmann::json& j, const char* key) {
   const auto* v = member(j, key);
   if (v == nullptr) return {};
@@ -199,24 +214,24 @@ device_sample sample_from_json(const nlohmann::json& j) {
   s.uuid = get_string(j, "uuid");
   s.pci_bus_id = get_string(j, "pci.bus_id");
   s.name = get_string(j, "name");
-  s.memory_total = get_memory(j, "memory.total");
-  s.memory_used = get_memory(j, "memory.used");
-  s.memory_free = get_memory(j, "memory.free");
-  s.memory_reserved = get_memory(j, "memory.reserved");
-  s.temperature_c = get_double(j, "temperature.gpu");
-  s.power_draw_w = get_double(j, "power.draw");
-  s.power_limit_w = get_double(j, "power.limit");
-  s.clock_sm_mhz = get_unsigned(j, "clocks.current.sm");
-  s.clock_mem_mhz = get_unsigned(j, "clocks.current.memory");
+  s.memory_total = get_memory(j, "memory.total_mib", "memory.total");
+  s.memory_used = get_memory(j, "memory.used_mib", "memory.used");
+  s.memory_free = get_memory(j, "memory.free_mib", "memory.free");
+  s.memory_reserved = get_memory(j, "memory.reserved_mib", "memory.reserved");
+  s.temperature_c = get_double(j, "temperature.gpu_c", "temperature.gpu");
+  s.power_draw_w = get_double(j, "power.draw_w", "power.draw");
+  s.power_limit_w = get_double(j, "power.limit_w", "power.limit");
+  s.clock_sm_mhz = get_unsigned(j, "clocks.current.sm_mhz", "clocks.current.sm");
+  s.clock_mem_mhz = get_unsigned(j, "clocks.current.memory_mhz", "clocks.current.memory");
   s.pcie_gen = get_unsigned(j, "pcie.link.gen.current");
   s.pcie_width = get_unsigned(j, "pcie.link.width.current");
-  s.utilization_gpu_pct = get_unsigned(j, "utilization.gpu");
-  s.utilization_mem_pct = get_unsigned(j, "utilization.memory");
-  s.pcie_rx_mb_s = get_double(j, "mgm.pcie.rx");
-  s.pcie_tx_mb_s = get_double(j, "mgm.pcie.tx");
+  s.utilization_gpu_pct = get_unsigned(j, "utilization.gpu_pct", "utilization.gpu");
+  s.utilization_mem_pct = get_unsigned(j, "utilization.memory_pct", "utilization.memory");
+  s.pcie_rx_mb_s = get_double(j, "mgm.pcie.rx_mb_per_s", "mgm.pcie.rx");
+  s.pcie_tx_mb_s = get_double(j, "mgm.pcie.tx_mb_per_s", "mgm.pcie.tx");
   s.nvlink_up = get_unsigned(j, "mgm.nvlink.up");
-  s.pool_allocated = get_memory(j, "mgm.pool.allocated");
-  s.pool_reserved = get_memory(j, "mgm.pool.reserved");
+  s.pool_allocated = get_memory(j, "mgm.pool.allocated_mib", "mgm.pool.allocated");
+  s.pool_reserved = get_memory(j, "mgm.pool.reserved_mib", "mgm.pool.reserved");
   if (const auto* ps = member(j, "processes")) {
     if (!ps->is_array()) throw bad_value{"processes: not an array"};
     for (const auto& p : *ps) {
@@ -226,7 +241,7 @@ device_sample sample_from_json(const nlohmann::json& j) {
       if (!pid) throw bad_value{"processes: an element has no pid"};
       ps_sample.pid = *pid;
       ps_sample.name = get_string(p, "process_name");
-      ps_sample.used_bytes = get_memory(p, "used_gpu_memory");
+      ps_sample.used_bytes = get_memory(p, "used_gpu_memory_mib", "used_gpu_memory");
       s.processes.push_back(std::move(ps_sample));
     }
   }
@@ -420,31 +435,31 @@ std::string to_json_line(const device_sample& s) {
   if (!s.pci_bus_id.empty()) j["pci.bus_id"] = s.pci_bus_id;
   j["name"] = s.name;
   put(j, "mgm.cuda_ordinal", s.cuda_ordinal);
-  put_memory(j, "memory.total", s.memory_total);
-  put_memory(j, "memory.used", s.memory_used);
-  put_memory(j, "memory.free", s.memory_free);
-  put_memory(j, "memory.reserved", s.memory_reserved);
-  put(j, "temperature.gpu", s.temperature_c);
-  put(j, "power.draw", s.power_draw_w);
-  put(j, "power.limit", s.power_limit_w);
-  put(j, "clocks.current.sm", s.clock_sm_mhz);
-  put(j, "clocks.current.memory", s.clock_mem_mhz);
+  put_memory(j, "memory.total_mib", s.memory_total);
+  put_memory(j, "memory.used_mib", s.memory_used);
+  put_memory(j, "memory.free_mib", s.memory_free);
+  put_memory(j, "memory.reserved_mib", s.memory_reserved);
+  put(j, "temperature.gpu_c", s.temperature_c);
+  put(j, "power.draw_w", s.power_draw_w);
+  put(j, "power.limit_w", s.power_limit_w);
+  put(j, "clocks.current.sm_mhz", s.clock_sm_mhz);
+  put(j, "clocks.current.memory_mhz", s.clock_mem_mhz);
   put(j, "pcie.link.gen.current", s.pcie_gen);
   put(j, "pcie.link.width.current", s.pcie_width);
-  put(j, "utilization.gpu", s.utilization_gpu_pct);
-  put(j, "utilization.memory", s.utilization_mem_pct);
-  put(j, "mgm.pcie.rx", s.pcie_rx_mb_s);
-  put(j, "mgm.pcie.tx", s.pcie_tx_mb_s);
+  put(j, "utilization.gpu_pct", s.utilization_gpu_pct);
+  put(j, "utilization.memory_pct", s.utilization_mem_pct);
+  put(j, "mgm.pcie.rx_mb_per_s", s.pcie_rx_mb_s);
+  put(j, "mgm.pcie.tx_mb_per_s", s.pcie_tx_mb_s);
   put(j, "mgm.nvlink.up", s.nvlink_up);
-  put_memory(j, "mgm.pool.allocated", s.pool_allocated);
-  put_memory(j, "mgm.pool.reserved", s.pool_reserved);
+  put_memory(j, "mgm.pool.allocated_mib", s.pool_allocated);
+  put_memory(j, "mgm.pool.reserved_mib", s.pool_reserved);
   if (!s.processes.empty()) {
     auto& ps = j["processes"] = ordered::array();
     for (const auto& p : s.processes) {
       ordered o;
       o["pid"] = p.pid;
       o["process_name"] = p.name;
-      put_memory(o, "used_gpu_memory", p.used_bytes);
+      put_memory(o, "used_gpu_memory_mib", p.used_bytes);
       ps.push_back(std::move(o));
     }
   }

@@ -70,7 +70,7 @@ TEST_CASE("mgm status on the simulated DGX H100: 8 H100s", "[tool]") {
   const auto doc = nlohmann::json::parse(j.out);
   REQUIRE(doc["devices"].size() == 8);
   CHECK(doc["devices"][7]["name"] == "NVIDIA H100 80GB HBM3");
-  CHECK(doc["devices"][0]["memory.total"].get<double>() > 80000.0);  // MiB
+  CHECK(doc["devices"][0]["memory.total_mib"].get<double>() > 80000.0);
   const auto bad = run_mgm("--sim no-such-machine status");
   CHECK(bad.rc == 2);
   CHECK(bad.err.find("no-such-machine") != std::string::npos);

@@ -547,6 +547,14 @@ TEST_CASE("jsonl sink: one object per sample, every field read back exactly", "[
   const std::string text = out.str();
   REQUIRE(std::count(text.begin(), text.end(), '\n') == 2);
   REQUIRE(text.rfind("{\"timestamp\":\"2025-06-13T00:27:52.195Z\",\"index\":0,", 0) == 0);
+  // Every key with a unit says it (issue 15); logs with the older names (`memory.used`) still read,
+  // as the next test shows.
+  for (const char* key : {"\"memory.used_mib\":", "\"memory.total_mib\":", "\"power.draw_w\":", "\"temperature.gpu_c\":",
+                          "\"clocks.current.sm_mhz\":", "\"utilization.gpu_pct\":", "\"used_gpu_memory_mib\":"}) {
+    INFO(key);
+    REQUIRE(text.find(key) != std::string::npos);
+  }
+  REQUIRE(text.find("\"memory.used\":") == std::string::npos);
   REQUIRE(detect_log_format(text) == log_format::jsonl);
   const auto log = read_gpu_log(text, strict());
   REQUIRE(log.format == "jsonl");

@@ -321,7 +321,7 @@ std::string svg_timeline(const std::string& title, const tel::gpu_log& log, cons
 }  // namespace
 
 void add_leak(CLI::App& app, context& ctx) {
-  auto* cmd = app.add_subcommand("leak", "Leak verdicts per GPU (and per process) from a log: ours, nvidia-smi CSV or GPU-Z");
+  auto* cmd = app.add_subcommand("leak", "Leak verdicts per GPU (and per process) from a log: ours, nvidia-smi CSV or table, nvidia-smi -q / -q -x, or GPU-Z");
   auto file = std::make_shared<std::string>();
   auto baseline = std::make_shared<std::string>();
   auto lo = std::make_shared<log_options>();
