@@ -5,6 +5,7 @@
 #include <mgm/topology/topology.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -27,7 +28,33 @@ struct found_device {
   double pcie_gbps{0.0};
   std::vector<std::pair<std::string, int>> nvlinks;  // target busid, count
   std::string net_name;
+  std::string pci_device;  // "0x20b5" when the file has it
 };
+
+// NVIDIA boards a PCI device ID names, with their memory (pci.ids: "20b5 GA100 [A100 PCIe 80GB]").
+// Only IDs that name one memory size: the file's memory then is known, not guessed.
+struct known_board {
+  std::string_view pci_device;
+  std::string_view name;  // as nvidia-smi names it
+  std::size_t memory_gib;
+};
+constexpr known_board known_boards[] = {
+    {"0x20b2", "NVIDIA A100-SXM4-80GB", 80},
+    {"0x20b5", "NVIDIA A100 80GB PCIe", 80},
+    {"0x2330", "NVIDIA H100 80GB HBM3", 80},
+    {"0x2331", "NVIDIA H100 PCIe", 80},
+};
+
+const known_board* board_of(std::string_view pci_device) {
+  for (const auto& b : known_boards) {
+    if (pci_device.size() == b.pci_device.size() &&
+        std::equal(pci_device.begin(), pci_device.end(), b.pci_device.begin(),
+                   [](char x, char y) { return std::tolower(static_cast<unsigned char>(x)) == y; })) {
+      return &b;
+    }
+  }
+  return nullptr;
+}
 
 bool class_is(const xml_element& e, std::string_view prefix) { return e.attr_or("class").rfind(prefix, 0) == 0; }
 
@@ -122,6 +149,7 @@ topology parse_nccl_topology_xml(std::string_view text) {
           d.numa = numa;
           d.bridges = bridges;
           d.pcie_gbps = pcie_gbps(*child);
+          d.pci_device = child->attr_or("device");
           if (gpu_element != nullptr) {
             d.sm = parse_int(gpu_element->attr_or("sm"), 0);
             d.dev = parse_int(gpu_element->attr_or("dev"), -1);
@@ -165,6 +193,10 @@ topology parse_nccl_topology_xml(std::string_view text) {
     if (gpus[i].numa) g.numa_affinity = std::to_string(*gpus[i].numa);
     g.pcie_gbps = gpus[i].pcie_gbps;
     g.pci_depth = static_cast<int>(gpus[i].bridges.size());
+    if (const auto* b = board_of(gpus[i].pci_device)) {
+      g.name = std::string{b->name};
+      g.memory_bytes = b->memory_gib << 30;
+    }
     infos.push_back(std::move(g));
   }
   topology t{std::move(infos)};

@@ -107,6 +107,37 @@ TEST_CASE("mgm --sim TOPOLOGY_FILE: no capacity is invented; --sim-devices gives
   }
 }
 
+TEST_CASE("mgm --sim NCCL_XML: names and memory from the GPUs' PCI device IDs, where the file has them", "[tool]") {
+  // As NCCL writes them (Azure's NC A100 v4 file has device="0x20b5"); IDs in either case.
+  const auto path = scratch() / "two_boards.xml";
+  std::ofstream{path} << R"(<system version="1">
+  <cpu numaid="0" affinity="ffff" arch="x86_64" vendor="AuthenticAMD" familyid="23" modelid="49">
+    <pci busid="0001:00:00.0" class="0x030200" vendor="0x10de" device="0x20B5" link_speed="16 GT/s" link_width="16">
+      <gpu dev="0" sm="80" rank="0" gdr="1"/>
+    </pci>
+    <pci busid="0002:00:00.0" class="0x030200" vendor="0x10de" device="0x2330" link_speed="16 GT/s" link_width="16">
+      <gpu dev="1" sm="90" rank="1" gdr="1"/>
+    </pci>
+  </cpu>
+</system>
+)";
+  const auto r = run_mgm("--sim '" + path.string() + "' --json plan --items 10 --bytes-per-item 1GiB");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["capacity_source"] == "the topology file (its GPUs' PCI device IDs)");
+  CHECK(j["gpus"][0]["name"] == "NVIDIA A100 80GB PCIe");
+  CHECK(j["gpus"][1]["name"] == "NVIDIA H100 80GB HBM3");
+  CHECK(j["gpus"][0]["total_bytes"] == std::size_t{80} << 30);
+  // An ID that names no one memory size (or none at all) is not guessed.
+  std::string text = slurp(path);
+  text.replace(text.find("0x2330"), 6, "0x0000");
+  std::ofstream{path} << text;
+  const auto unknown = run_mgm("--sim '" + path.string() + "' plan --items 10 --bytes-per-item 1GiB");
+  CHECK(unknown.rc == 1);
+  CHECK(unknown.err.find("gives links, not memory") != std::string::npos);
+}
+
 TEST_CASE("mgm plan: options that would be ignored are refused; the granularity's help says the truth", "[tool]") {
   const auto no_throughput = run_mgm("--sim pcie-4gpu-mixed plan --items 100 --bytes-per-item 1MiB --policy throughput");
   CHECK(no_throughput.rc == 1);

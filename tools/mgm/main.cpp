@@ -109,7 +109,7 @@ sim_choice make_sim_machine(const context& ctx) {
     mgm::topology links = read_links(what);
     const auto& gpus = links.gpus();
     std::vector<mgm::sim::device_spec> given;
-    std::string source = what;
+    std::string source = "the topology file (its GPUs' PCI device IDs)";
     if (!ctx.sim_devices.empty()) {
       given = read_sim_devices(ctx, gpus.size());
       source = "--sim-devices";
