@@ -195,6 +195,22 @@ std::chrono::duration<double> parse_duration(const std::string& text) {
   return std::chrono::duration<double>{v * scale};
 }
 
+std::vector<std::string> wrap_words(const std::string& text, std::size_t width) {
+  std::vector<std::string> lines;
+  std::istringstream words{text};
+  std::string line;
+  for (std::string w; words >> w;) {
+    if (w.size() > width) w = w.substr(0, width - 1) + "~";
+    if (!line.empty() && line.size() + 1 + w.size() > width) {
+      lines.push_back(line);
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + w;
+  }
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
 std::string size_or_dash(const std::optional<std::uint64_t>& bytes) {
   return bytes ? mgm::format_bytes(static_cast<std::size_t>(*bytes)) : std::string{"--"};
 }

@@ -91,6 +91,10 @@ void check_global_options(const context& ctx);
 /// @brief `5s`, `500ms`, `2m`, `1h`, or plain seconds. @throws tool_error (2).
 [[nodiscard]] std::chrono::duration<double> parse_duration(const std::string& text);
 
+/// @brief Words into lines of at most `width` characters; a longer word is cut (ending "~"), and
+/// no word is broken to fill a line.
+[[nodiscard]] std::vector<std::string> wrap_words(const std::string& text, std::size_t width);
+
 /// @brief `mgm.1 GiB` style sizes; "--" for none.
 [[nodiscard]] std::string size_or_dash(const std::optional<std::uint64_t>& bytes);
 
