@@ -131,10 +131,7 @@ drop_scan find_drops(std::span<const series_point> p, const leak_options& o) {
     if (high) {
       double ref = -std::numeric_limits<double>::infinity();
       for (std::size_t j = std::max(high_start, i >= 3 ? i - 3 : 0); j < i; ++j) ref = std::max(ref, p[j].mib);
-      // To idle: most of the memory above the series' minimum, and most of the memory in use, is
-      // gone (a cache emptying to a floor of gigabytes is a release, not a restart).
-      const double kept = 1.0 - o.restart_drop_fraction;
-      if (v <= idle + kept * (ref - idle) && v <= kept * ref + min_drop && ref - v >= min_drop) {
+      if (v <= idle + (1.0 - o.restart_drop_fraction) * (ref - idle) && ref - v >= min_drop) {
         high = false;
         drop_at = i;
         low = v;
@@ -286,6 +283,9 @@ std::vector<std::size_t> find_releases(std::span<const series_point> p, std::siz
   return out;
 }
 
+/// The share of a load window its releases must span for it to be judged as a sawtooth.
+constexpr double sawtooth_min_span = 0.5;
+
 /// The lowest reading of [first, last).
 series_point lowest(std::span<const series_point> p, std::size_t first, std::size_t last) {
   series_point m = p[first];
@@ -331,7 +331,7 @@ void judge_floor(std::span<const series_point> p, std::size_t e, const std::vect
 
 /// One run [s, e): warm-up, load window, growth, plateau, verdict.
 run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size_t e, bool first_run,
-                       const leak_options& o) {
+                       const leak_options& o, const std::vector<std::size_t>* forced_releases = nullptr) {
   run_report r;
   r.start_seconds = p[s].seconds;
   r.end_seconds = p[e - 1].seconds;
@@ -379,7 +379,12 @@ run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size
   const bool net_significant = growth >= std::max(o.min_growth_mib, o.significance_z * sd) && t_growth > 0.0;
   const double fewer = size_factor(window.size());
 
-  if (const auto releases = find_releases(p, w, e, r.noise_mib, o); releases.size() >= 2) {
+  // A sawtooth: releases over most of the load window (two cache flushes at the end of a long
+  // climb do not make one).
+  std::vector<std::size_t> releases = forced_releases != nullptr ? *forced_releases : find_releases(p, w, e, r.noise_mib, o);
+  std::erase_if(releases, [&](std::size_t i) { return i < w || i >= e; });
+  if (releases.size() >= 2 &&
+      p[releases.back()].seconds - p[releases.front()].seconds >= sawtooth_min_span * (p[e - 1].seconds - p[w].seconds)) {
     judge_floor(p, e, releases, o, r);
     return r;
   }
@@ -566,20 +571,41 @@ leak_report analyse_series(std::span<const series_point> points, const leak_opti
   for (std::size_t k = 0; k + 1 < bounds.size(); ++k) {
     if (bounds[k + 1] > bounds[k]) rep.runs.push_back(analyse_run(all, bounds[k], bounds[k + 1], k == 0, options));
   }
+  // Falls to the lowest level the log holds, followed by climbs that have no warm-up: when
+  // the log starts inside a job, its lowest level is the job's own floor, not idle. Those falls are
+  // a sawtooth's releases (a cache that empties), judged by its floor as one run. A restart warms
+  // up (the model loads, the caches fill) before it climbs.
+  if (drops.restarts.size() >= 2 && rep.runs.size() == drops.restarts.size() + 1) {
+    // Most of them, as noise on a short tooth can look like a warm-up.
+    std::size_t warmed = 0;
+    for (std::size_t k = 1; k < rep.runs.size(); ++k) warmed += rep.runs[k].load_start_seconds > rep.runs[k].start_seconds ? 1 : 0;
+    if (2 * warmed < rep.runs.size() - 1) {
+      const std::size_t end = drops.job_end ? *drops.job_end : p.size();
+      rep.runs = {analyse_run(all, 0, end, true, options, &drops.restarts)};
+      rep.restart_seconds.clear();
+    }
+  }
 
   // A leaking run decides (the longest load window of them); else restarts; else the one run.
   std::optional<std::size_t> leaking;
   std::optional<std::size_t> longest;
-  double longest_sound = 0;  // the longest load window of a run that did not leak
   const auto load_span = [&](std::size_t k) { return rep.runs[k].end_seconds - rep.runs[k].load_start_seconds; };
   for (std::size_t k = 0; k < rep.runs.size(); ++k) {
     if (rep.runs[k].verdict == leak_verdict::no_data) continue;
     if (!longest || load_span(k) > load_span(*longest)) longest = k;
     if (rep.runs[k].verdict == leak_verdict::leak && (!leaking || load_span(k) > load_span(*leaking))) leaking = k;
-    if (rep.runs[k].verdict != leak_verdict::leak) longest_sound = std::max(longest_sound, load_span(k));
   }
-  // A climb cut off by a restart does not outweigh a longer run that did not leak.
-  if (leaking && load_span(*leaking) < longest_sound) leaking.reset();
+  // A climb cut off by a restart does not outweigh a longer run after it that did not leak (a
+  // leak in the last runs, as a new job that runs out of memory, still decides).
+  if (leaking) {
+    for (std::size_t k = *leaking + 1; k < rep.runs.size(); ++k) {
+      const auto v = rep.runs[k].verdict;
+      if (v != leak_verdict::leak && v != leak_verdict::no_data && load_span(k) > load_span(*leaking)) {
+        leaking.reset();
+        break;
+      }
+    }
+  }
   if (leaking) {
     rep.deciding_run = *leaking;
     rep.verdict = leak_verdict::leak;

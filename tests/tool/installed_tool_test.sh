@@ -29,6 +29,10 @@ done
 [[ $status -eq 0 ]] || exit 1
 echo "ok: every installed binary needs only libc, libm, libstdc++, libgcc_s and the loader"
 
+if [[ -e $cuda_lib/libc.so.6 || -n $(ls "$cuda_lib"/libstdc++.so* 2>/dev/null) ]]; then
+  echo "SKIP: the toolkit's libraries are in the system folder $cuda_lib (a distribution's toolkit): it cannot be hidden alone"
+  exit 77
+fi
 if ! unshare -rm true 2>/dev/null && ! unshare -m true 2>/dev/null; then
   echo "SKIP: no mount namespace can be made here (unshare -m)"
   exit 77
@@ -49,7 +53,8 @@ out=$("$mgm" --version 2>&1); rc=$?
 [[ $rc -eq 0 ]] || { echo "FAIL: mgm --version exited $rc: $out"; exit 1; }
 out=$("$mgm" --sim dgx-h100 status 2>&1); rc=$?
 [[ $rc -eq 0 && $out == *"8 GPUs"* ]] || { echo "FAIL: mgm --sim dgx-h100 status exited $rc: $out"; exit 1; }
-out=$(MGM_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 "$mgm" status 2>&1); rc=$?
+# No NVML and no CUDA device (a GPU machine's libcuda.so.1 is not in the toolkit's folder).
+out=$(MGM_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1 CUDA_VISIBLE_DEVICES= "$mgm" status 2>&1); rc=$?
 [[ $rc -eq 3 && $out == *"no GPU can be used"* ]] || { echo "FAIL: mgm status without a driver exited $rc: $out"; exit 1; }
 echo "ok: with $cuda_lib hidden, mgm starts, simulates, and says 'no GPU' (exit 3) without a driver"
 INNER

@@ -140,4 +140,13 @@ TEST_CASE("mgm plot: legends that fit, a time axis in days for days, gaps drawn 
   }
   REQUIRE(run_mgm("plot '" + hour.string() + "' -o '" + svg_path.string() + "'").rc == 0);
   CHECK(slurp(svg_path).find("hours since the first reading") != std::string::npos);
+  // Thinned to about two points per pixel column, a long log without gaps is still one line.
+  const auto dense = scratch() / "plot_dense.csv";
+  {
+    std::ofstream out{dense};
+    out << "timestamp, index, memory.used [MiB]\n";
+    for (long t = 0; t <= 8 * 3600; t += 5) out << stamp(t) << ", 0, " << 1000 + t % 700 << " MiB\n";
+  }
+  REQUIRE(run_mgm("plot '" + dense.string() + "' -o '" + svg_path.string() + "'").rc == 0);
+  CHECK(count(slurp(svg_path), "<polyline class=\"gpu\"") == 1);
 }

@@ -331,3 +331,44 @@ TEST_CASE("the three wrong verdicts of issue 15, as they were reported", "[leak]
     CHECK(r.verdict != leak_verdict::leak);
   }
 }
+
+TEST_CASE("leak verdicts a review asked about: baselines, late flushes, a leak after a clean job", "[leak]") {
+  const auto at_minutes = [](std::vector<series_point>& p, double minute, double mib) { p.push_back({minute * 60.0, mib}); };
+  SECTION("a leaking job over a 10 GiB baseline (another process) restarts back to the baseline") {
+    std::vector<series_point> p;
+    double m = 0;
+    for (int i = 0; i < 5; ++i) at_minutes(p, m++, 10240);
+    for (int run = 0; run < 2; ++run) {
+      for (int i = 0; i < 3; ++i) at_minutes(p, m++, 10240 + 2000.0 * (i + 1));  // warm-up: the model loads
+      for (int i = 0; i < 120; ++i) at_minutes(p, m++, 16240 + 40.0 * i);         // 40 MiB/min
+      for (int i = 0; i < 3; ++i) at_minutes(p, m++, 10240);                      // crashed
+    }
+    const auto r = analyse_series(p);
+    INFO(r.explanation);
+    CHECK(r.verdict == leak_verdict::leak);
+    CHECK(r.restart_seconds.size() == 1);
+    CHECK(r.rate_mib_per_min == Approx(40.0).epsilon(0.1));
+  }
+  SECTION("a ten-hour leak with two cache flushes in its last minutes is still a leak") {
+    std::vector<series_point> p;
+    for (int i = 0; i <= 600; ++i) at_minutes(p, i, 4000.0 + 5.0 * i);
+    p[595].mib -= 2000;
+    p[598].mib -= 2000;
+    const auto r = analyse_series(p);
+    INFO(r.explanation);
+    CHECK(r.verdict == leak_verdict::leak);
+    CHECK(r.rate_mib_per_min == Approx(5.0).epsilon(0.05));
+  }
+  SECTION("a clean eight-hour job, then a new job that leaks for four hours") {
+    std::vector<series_point> p;
+    double m = 0;
+    for (int i = 0; i < 3; ++i) at_minutes(p, m++, 300);
+    for (int i = 0; i < 480; ++i) at_minutes(p, m++, i < 5 ? 300 + 1000.0 * i : 5300);
+    for (int i = 0; i < 3; ++i) at_minutes(p, m++, 300);
+    for (int i = 0; i < 240; ++i) at_minutes(p, m++, i < 5 ? 300 + 1000.0 * i : 5300 + 20.0 * (i - 5));
+    const auto r = analyse_series(p);
+    INFO(r.explanation);
+    CHECK(r.verdict == leak_verdict::leak);
+    CHECK(r.restart_seconds.size() == 1);
+  }
+}

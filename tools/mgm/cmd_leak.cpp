@@ -81,9 +81,10 @@ void add_leak(CLI::App& app, context& ctx) {
         throw tool_error{exit_bad_input, "--processes " + *processes + ": no per-process rows in it (a --query-compute-apps "
                                          "log has gpu_uuid, pid, process_name, used_gpu_memory)"};
       }
-      if (!log.process_rows.empty()) {
+      if (log.samples.empty() && !log.process_rows.empty()) {
         throw tool_error{exit_bad_input, *file + " is itself a per-process log: give the GPU log first, then --processes"};
       }
+      // The per-process file is the record of the processes: the GPU log's own rows give way.
       log.process_rows = std::move(procs.process_rows);
     }
     if (log.samples.empty() && log.process_rows.empty()) throw tool_error{exit_bad_input, *file + ": no readings in it"};

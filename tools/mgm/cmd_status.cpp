@@ -159,14 +159,15 @@ void add_status(CLI::App& app, context& ctx) {
                         ->expected(0, 1);
   cmd->footer("Example: mgm status    (or: mgm --sim dgx-h100 status, mgm status --watch 1s, mgm --json status)");
   cmd->callback([&ctx, wide, watch, watch_opt] {
-    std::optional<sim_choice> machine;
-    auto src = open_source(ctx, machine);
-    const std::string capacity_source = machine ? machine->capacity_source : std::string{};
+    // The options first: a mistake is said as such, with or without a GPU.
     const bool watching = watch_opt->count() > 0;
+    if (watching && ctx.json) throw tool_error{exit_usage, "--watch redraws a table: use mgm log --format jsonl for JSON over time"};
     const auto interval = watching ? parse_duration(watch->empty() ? std::string{"2s"} : *watch)
                                    : std::chrono::duration<double>{0};
     if (watching && interval.count() < 0.1) throw tool_error{exit_bad_input, "--watch needs at least 100ms between frames"};
-    if (watching && ctx.json) throw tool_error{exit_usage, "--watch redraws a table: use mgm log --format jsonl for JSON over time"};
+    std::optional<sim_choice> machine;
+    auto src = open_source(ctx, machine);
+    const std::string capacity_source = machine ? machine->capacity_source : std::string{};
     if (ctx.json) {
       const auto batch = src->sample();
       nlohmann::json out;
@@ -198,7 +199,10 @@ void add_status(CLI::App& app, context& ctx) {
       print_status(src->name(), capacity_source, batch, *wide);
       std::fflush(stdout);
       ++frames;
-      next += std::chrono::duration_cast<std::chrono::steady_clock::duration>(interval);
+      // After a stall (a suspend, a slow driver call) the next frame is an interval from now, not a
+      // burst of the frames missed.
+      next = std::max(next + std::chrono::duration_cast<std::chrono::steady_clock::duration>(interval),
+                      std::chrono::steady_clock::now());
       while (!g_interrupted.load() && std::chrono::steady_clock::now() < next) {
         std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
             next - std::chrono::steady_clock::now(), std::chrono::milliseconds{50}));

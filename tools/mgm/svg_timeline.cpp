@@ -66,8 +66,9 @@ std::string legend_of(const std::string& label, const tel::gpu_leak_report* r) {
   return out;
 }
 
-// `pts` (a thinned copy of `all`) cut where the readings stop for more than five times their usual
-// interval (the median of `all`'s), and at least a minute.
+// `pts` (a thinned copy of `all`) cut where the readings of `all` stop for more than five times
+// their usual interval (the median), and at least a minute. The gaps are found in `all`: thinned
+// points lie further apart than the readings.
 std::vector<std::vector<std::pair<double, double>>> split_at_gaps(const std::vector<std::pair<double, double>>& pts,
                                                                   const std::vector<std::pair<double, double>>& all) {
   std::vector<double> steps;
@@ -77,10 +78,17 @@ std::vector<std::vector<std::pair<double, double>>> split_at_gaps(const std::vec
     std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
     usual = steps[steps.size() / 2];
   }
-  const double gap = std::max(5.0 * usual, 60.0);
+  const double limit = std::max(5.0 * usual, 60.0);
+  std::vector<std::pair<double, double>> gaps;  // (last reading before, first after)
+  for (std::size_t i = 1; i < all.size(); ++i) {
+    if (all[i].first - all[i - 1].first > limit) gaps.emplace_back(all[i - 1].first, all[i].first);
+  }
   std::vector<std::vector<std::pair<double, double>>> out(1);
+  std::size_t g = 0;
   for (std::size_t i = 0; i < pts.size(); ++i) {
-    if (i > 0 && pts[i].first - pts[i - 1].first > gap && !out.back().empty()) out.emplace_back();
+    while (g < gaps.size() && gaps[g].second <= (i > 0 ? pts[i - 1].first : pts[i].first)) ++g;
+    const bool across = i > 0 && g < gaps.size() && pts[i - 1].first <= gaps[g].first && pts[i].first >= gaps[g].second;
+    if (across && !out.back().empty()) out.emplace_back();
     out.back().push_back(pts[i]);
   }
   return out;

@@ -33,14 +33,14 @@
 ///   three days is 2.5 GiB). Its rate is the Theil–Sen slope when that is significant, else (a
 ///   staircase with one long step, where most pairs have slope 0) the net growth between the start
 ///   and end levels over the time between them.
-/// - *Sawtooth*: a load window with at least two *releases* (falls of at least
+/// - *Sawtooth*: a load window with at least two *releases*, spanning at least half of it (falls of at least
 ///   `max(2 min_growth_mib, 8 sd)` within three readings that give back at least half of what was
 ///   gained since the last floor) is judged by its *floor*, the lowest reading after each release
-///   (and before the first one): it leaks only when the floor rises as a leak would, by the same
+///   (before the first one the window may start mid-tooth): it leaks only when the floor rises as a leak would, by the same
 ///   thresholds; a cache that fills and empties to the same floor is `no_growth`.
 /// - A series with a leaking run is a `leak` (its restarts are still listed) unless a longer run
-///   (by its load window) did not leak: a climb that a restart cut off, before a run that levels
-///   off, is not a leak. Else one with restarts is `restarted`; else the run's
+///   after it (by its load window) did not leak: a climb that a restart cut off, before a run that
+///   levels off, is not a leak; a leak in the last run still is. Else one with restarts is `restarted`; else the run's
 ///   verdict.
 ///
 /// ## Invariants
