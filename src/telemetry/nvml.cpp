@@ -1,6 +1,6 @@
 // NVML loaded with dlopen: symbol lookup with fallbacks, a shared reference-counted instance, and
 // one device's sample with a reason for every metric it could not read.
-#include "nvml_abi.hpp"
+#include "../platform/nvml_abi.hpp"
 
 #include <mgm/telemetry/nvml.hpp>
 

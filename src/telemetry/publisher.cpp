@@ -26,27 +26,9 @@
 
 namespace mgm::telemetry {
 
-// ---- registry ------------------------------------------------------------------------------------
+// ---- the pools, through the core layer's list -----------------------------------------------------
 
 namespace {
-
-struct registry_entry {
-  device_id device{0};
-  bool simulated{false};
-  std::function<pool_figures()> read;
-};
-
-struct registry {
-  std::mutex mutex;
-  std::uint64_t next_id{1};
-  std::map<std::uint64_t, registry_entry> entries;
-};
-
-registry& the_registry() {
-  // Never destroyed: a publisher or sampler thread may read it during static destruction.
-  static auto* r = new registry;
-  return *r;
-}
 
 bool env_true(const char* name) {
   const char* v = std::getenv(name);
@@ -55,56 +37,44 @@ bool env_true(const char* name) {
   return s == "1" || s == "true" || s == "yes" || s == "on";
 }
 
-void maybe_autostart() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (!env_true("MGM_PUBLISH")) return;
-    try {
-      start_publishing();
-    } catch (const std::exception& e) {  // publishing is best effort: the pool works without it
-      mgm::log(mgm::log_level::warning, std::string{"MGM_PUBLISH: cannot publish pool figures: "} + e.what());
-    }
-  });
-}
+// Starts publishing at the first pool when MGM_PUBLISH says so.
+class publish_on_first_pool final : public pool_observer {
+ public:
+  void pool_created(device_id, bool) noexcept override {
+    std::call_once(once_, [] {
+      if (!env_true("MGM_PUBLISH")) return;
+      try {
+        start_publishing();
+      } catch (const std::exception& e) {  // publishing is best effort: the pool works without it
+        mgm::log(mgm::log_level::warning, std::string{"MGM_PUBLISH: cannot publish pool figures: "} + e.what());
+      } catch (...) {
+      }
+    });
+  }
+
+ private:
+  std::once_flag once_;
+};
 
 }  // namespace
 
-pool_registration::pool_registration(device_id device, bool simulated, std::function<pool_figures()> read) {
-  {
-    registry& r = the_registry();
-    const std::lock_guard lock{r.mutex};
-    id_ = r.next_id++;
-    r.entries.emplace(id_, registry_entry{device, simulated, std::move(read)});
-  }
-  maybe_autostart();
-}
-
-void pool_registration::reset() noexcept {
-  if (id_ == 0) return;
-  registry& r = the_registry();
-  const std::lock_guard lock{r.mutex};
-  r.entries.erase(id_);
-  id_ = 0;
+void install_pool_observer() noexcept {
+  // Never destroyed: a pool made during static destruction may still tell it.
+  static auto* observer = new publish_on_first_pool;
+  set_pool_observer(observer);
 }
 
 std::vector<device_pool_figures> registered_pool_figures() {
   std::map<std::pair<bool, int>, device_pool_figures> sums;
-  registry& r = the_registry();
-  const std::lock_guard lock{r.mutex};
-  for (const auto& [id, e] : r.entries) {
-    pool_figures f;
-    try {
-      f = e.read();
-    } catch (...) {
-      continue;  // a pool that cannot answer now is left out of this look
-    }
-    auto& sum = sums[{e.simulated, e.device.value()}];
-    sum.device = e.device;
-    sum.simulated = e.simulated;
+  for (const auto& p : registered_pools()) {
+    auto& sum = sums[{p.simulated, p.device.value()}];
+    sum.device = p.device;
+    sum.simulated = p.simulated;
     if (sum.pools == 0 || sum.figures.allocated) {
-      sum.figures.allocated = f.allocated ? std::optional{sum.figures.allocated.value_or(0) + *f.allocated} : std::nullopt;
+      sum.figures.allocated =
+          p.figures.allocated ? std::optional{sum.figures.allocated.value_or(0) + *p.figures.allocated} : std::nullopt;
     }
-    sum.figures.reserved += f.reserved;
+    sum.figures.reserved += p.figures.reserved;
     ++sum.pools;
   }
   std::vector<device_pool_figures> out;
@@ -225,6 +195,7 @@ std::unique_ptr<publisher>& global_publisher() {
 }  // namespace
 
 void start_publishing() {
+  install_pool_observer();
   const std::lock_guard lock{g_publisher_mutex};
   auto& p = global_publisher();
   if (!p) p = std::make_unique<publisher>();

@@ -1,6 +1,6 @@
 // Live discovery: the CUDA runtime for the GPUs and their peer access, sysfs for NUMA and CPU
 // affinity, and NVML (loaded at run time, when present) for NVLinks and the PCIe common ancestor.
-#include "../telemetry/nvml_abi.hpp"
+#include "../platform/nvml_abi.hpp"
 
 #include <mgm/device.hpp>
 #include <mgm/error.hpp>
@@ -21,7 +21,7 @@
 namespace mgm {
 namespace {
 
-// NVML's declarations: src/telemetry/nvml_abi.hpp (no NVML header needed to build).
+// NVML's declarations: src/platform/nvml_abi.hpp (no NVML header needed to build).
 using nvml_device = nvml_abi::device_t;
 using nvml_pci_info = nvml_abi::pci_info_t;
 

@@ -1,4 +1,4 @@
-// A fake NVML for the tests: the symbols of src/telemetry/nvml_abi.hpp, answering from a JSON file
+// A fake NVML for the tests: the symbols of src/platform/nvml_abi.hpp, answering from a JSON file
 // named by MGM_FAKE_NVML_CONFIG. Built twice: the current ABI, and (MGM_FAKE_NVML_OLD) a driver from
 // before the versioned calls, which exports only nvmlInit, nvmlDeviceGetMemoryInfo (v1), the v1
 // process query and nvmlDeviceGetTemperature.

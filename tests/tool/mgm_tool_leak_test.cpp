@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -130,6 +131,12 @@ TEST_CASE("mgm plot: legends that fit, a time axis in days for days, gaps drawn 
     legend_words += (legend_words.empty() ? "" : " ") + text;
   }
   CHECK(legend_words.find("GPU0 NVIDIA A100-SXM4-80GB: no_growth") != std::string::npos);
+  // A renderer draws it (librsvg, as a browser would; where it is installed).
+  if (std::system("command -v rsvg-convert >/dev/null 2>&1") == 0) {
+    const auto png = scratch() / "plot.png";
+    CHECK(std::system(("rsvg-convert '" + svg_path.string() + "' -o '" + png.string() + "'").c_str()) == 0);
+    CHECK(fs::file_size(png) > 1000);
+  }
   CHECK(legend_words.find("GPU1 NVIDIA A100-SXM4-80GB: no_growth") != std::string::npos);
   // An hour's log is in minutes, a day's in hours.
   const auto hour = scratch() / "plot_hour.csv";

@@ -127,10 +127,13 @@ std::string svg_timeline(const std::string& title, const tel::gpu_log& log, cons
     }
   }
   // The time axis in the unit that keeps its numbers short: seconds, minutes, hours or days.
-  const auto [t_unit, t_name] = t_max >= 2 * 86400.0 ? std::pair{86400.0, "days"}
-                                : t_max >= 3 * 3600.0 ? std::pair{3600.0, "hours"}
-                                : t_max >= 600.0      ? std::pair{60.0, "minutes"}
-                                                      : std::pair{1.0, "seconds"};
+  // (Plain variables, not a structured binding: the lambdas below capture them.)
+  const auto unit = t_max >= 2 * 86400.0 ? std::pair{86400.0, "days"}
+                    : t_max >= 3 * 3600.0 ? std::pair{3600.0, "hours"}
+                    : t_max >= 600.0      ? std::pair{60.0, "minutes"}
+                                          : std::pair{1.0, "seconds"};
+  const double t_unit = unit.first;
+  const char* const t_name = unit.second;
   const double mem_unit = m_max >= 4096 ? 1024.0 : 1.0;
   const char* mem_label = mem_unit > 1 ? "GiB" : "MiB";
 

@@ -69,6 +69,7 @@
 #include <mgm/pool/detail/pending_frees.hpp>
 #include <mgm/pool/detail/pool_inspect.hpp>
 #include <mgm/pool/detail/pool_slow_paths.hpp>
+#include <mgm/pool/detail/stream_retirement.hpp>
 #include <mgm/pool/detail/segment_source.hpp>
 #include <mgm/pool/detail/stream_cache.hpp>
 #include <mgm/pool/oom_info.hpp>
@@ -78,7 +79,7 @@
 #include <mgm/properties.hpp>
 #include <mgm/stream.hpp>
 #include <mgm/tag.hpp>
-#include <mgm/telemetry/pool_registry.hpp>
+#include <mgm/pool_observer.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -390,7 +391,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   plain_type plain_;
   detail::expandable_source<Upstream, Statistics> expand_;
   detail::block* quarantine_{nullptr};  // frees in a capture that could get no pool (through u.waiting.next)
-  telemetry::pool_registration registration_;  // last member: leaves before the rest is destroyed
+  mgm::pool_registration registration_;  // last member: leaves before the rest is destroyed
 };
 
 }  // namespace mgm

@@ -15,7 +15,7 @@
 #include <mgm/pool/pool_options.hpp>
 #include <mgm/pool/pool_snapshot.hpp>
 #include <mgm/pool/pool_statistics.hpp>
-#include <mgm/telemetry/pool_registry.hpp>
+#include <mgm/pool_observer.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -50,9 +50,9 @@ struct pool_inspect {
     const std::size_t threshold = p.space_.options().release_threshold_bytes;
     p.margin_ = threshold / 8;
     p.trim_at_ = threshold > pool_options::unlimited - p.margin_ ? pool_options::unlimited : threshold + p.margin_;
-    p.registration_ = telemetry::pool_registration{p.device_, telemetry::simulated_ops<typename Pool::stream_ops_type>, [&p] {
+    p.registration_ = mgm::pool_registration{p.device_, mgm::simulated_ops<typename Pool::stream_ops_type>, [&p] {
       const pool_statistics s = p.statistics();
-      telemetry::pool_figures f;
+      mgm::pool_figures f;
       if constexpr (Pool::statistics_enabled) f.allocated = static_cast<std::uint64_t>(s.allocated_bytes.current);
       f.reserved = static_cast<std::uint64_t>(s.reserved_bytes.current);
       return f;
@@ -339,4 +339,3 @@ struct pool_inspect {
 
 }  // namespace mgm::detail
 
-#include <mgm/pool/detail/stream_retirement.hpp>

@@ -1,0 +1,2 @@
+// Fixture for the layering gate: a pool header. Never compiled.
+#pragma once

@@ -1,0 +1,2 @@
+// Fixture for the layering gate: a telemetry header. Never compiled.
+#pragma once
