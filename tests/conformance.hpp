@@ -84,7 +84,15 @@ void conformance_equality_and_zero() {
   auto copy = a;
   REQUIRE(a == copy);
   REQUIRE_FALSE(a != copy);
+  // allocate(0) may give nullptr; anything else is a pointer of its own, aligned, that goes back.
   void* p = a.allocate(0, 256);
+  void* other = a.allocate(256, 256);
+  REQUIRE(other != nullptr);
+  if (p != nullptr) {
+    REQUIRE(aligned(p, 256));
+    REQUIRE(p != other);
+  }
+  a.deallocate(other, 256, 256);
   a.deallocate(p, 0, 256);
   // Memory from one copy is returned through the other.
   void* q = a.allocate(512, 256);
