@@ -18,6 +18,31 @@ namespace {
 constexpr double mib = 1024.0 * 1024.0;
 constexpr double sd_of_median_difference = 1.7725;  // sqrt(2) * sqrt(pi/2): two medians of m normal points
 
+// The thresholds that are not options, each with its reason. (The options, in leak_options, are
+// what a user may need to change for a job; these follow from statistics or from the shapes.)
+constexpr double mad_to_sd = 1.4826;          // MAD of normal data times this is its sd
+constexpr double sen_z95 = 1.96;              // Sen's 95 % interval
+constexpr std::size_t fall_readings = 3;      // a fall (restart or release) may take this many readings
+constexpr double restart_fall_sd = 6.0;       // a 6-sd fall of white noise: about once in 10^9 readings
+constexpr double comes_back_share = 0.25;     // after a fall, a rise of a quarter of it: memory came back
+constexpr double warmup_rise_sd = 4.0;        // a warm-up rises more than noise could
+constexpr double warmup_reach = 0.9;          // the warm-up ends 90 % of the way to the working level
+constexpr double ramp_step_share = 0.1;       // the ramp goes on while steps add a tenth of its steepest
+constexpr std::size_t level_share = 10;       // a level: the median of a tenth of the window ...
+constexpr std::size_t level_max_points = 1000;  // ... of at most this many readings
+constexpr double confidence_points = 5.0;     // n readings weigh n / (n + 5): few readings, less sure
+constexpr std::size_t plateau_candidates = 60;  // plateau starts tried per window (cost: 60 Theil-Sen fits)
+constexpr std::size_t screening_pairs = 20'000; // pairs per candidate's fit
+constexpr double warmup_tail_share = 0.05;    // growth in the window's first 5 %: the warm-up's tail
+constexpr double plateau_rate_share = 0.25;   // a plateau grows at most a quarter as fast as before it
+constexpr double release_fall_sd = 8.0;       // a release falls further than noise ever does (8 sd)
+constexpr double release_give_back = 0.5;     // a release gives back half of what was gained
+constexpr double floor_sd_factor = 2.0;       // the lowest of a tooth's readings is noisy by about an sd or two
+constexpr double confidence_below_threshold = 0.5;  // grew, but below both leak thresholds
+constexpr double confidence_flat_floor = 0.95;      // a sawtooth whose floor did not move
+constexpr double confidence_staircase = 0.6;        // a leak resting on a few steps, not a steady climb
+constexpr double confidence_least_flat = 0.05;      // a flat verdict is never less sure than this
+
 /// splitmix64: a fixed, portable generator for the Theil–Sen pair sample.
 struct splitmix64 {
   std::uint64_t state;
@@ -72,13 +97,13 @@ double noise_of(std::span<const series_point> p) {
   for (std::size_t i = 1; i < p.size(); ++i) d.push_back(p[i].mib - p[i - 1].mib);
   const double med = median_of(d);
   for (double& x : d) x = std::abs(x - med);
-  return 1.4826 * median_of(d) / std::sqrt(2.0);
+  return mad_to_sd * median_of(d) / std::sqrt(2.0);
 }
 
 /// Readings' points per level: one without noise (a staircase's last step counts), else a tenth.
 std::size_t level_points(std::size_t n, double noise) {
   if (noise <= 0.0) return 1;
-  return std::clamp<std::size_t>(n / 10, std::min<std::size_t>(3, std::max<std::size_t>(1, n / 2)), 1000);
+  return std::clamp<std::size_t>(n / level_share, std::min<std::size_t>(3, std::max<std::size_t>(1, n / 2)), level_max_points);
 }
 
 /// Probability-like score of a z statistic: erf(z / √2), 1 for an infinite z.
@@ -89,7 +114,7 @@ double significance(double z) {
 }
 
 /// Fewer points, less confidence: n / (n + 5).
-double size_factor(std::size_t n) { return static_cast<double>(n) / (static_cast<double>(n) + 5.0); }
+double size_factor(std::size_t n) { return static_cast<double>(n) / (static_cast<double>(n) + confidence_points); }
 
 std::string fixed(double v, int decimals) {
   char buf[64];
@@ -120,7 +145,7 @@ drop_scan find_drops(std::span<const series_point> p, const leak_options& o) {
   double idle = p[0].mib;
   for (const auto& x : p) idle = std::min(idle, x.mib);
   const double noise = noise_of(p);
-  const double min_drop = std::max(o.min_restart_drop_mib, 6.0 * noise);
+  const double min_drop = std::max(o.min_restart_drop_mib, restart_fall_sd * noise);
   bool high = true;
   std::size_t high_start = 0;
   std::size_t drop_at = 0;
@@ -130,7 +155,7 @@ drop_scan find_drops(std::span<const series_point> p, const leak_options& o) {
     const double v = p[i].mib;
     if (high) {
       double ref = -std::numeric_limits<double>::infinity();
-      for (std::size_t j = std::max(high_start, i >= 3 ? i - 3 : 0); j < i; ++j) ref = std::max(ref, p[j].mib);
+      for (std::size_t j = std::max(high_start, i >= fall_readings ? i - fall_readings : 0); j < i; ++j) ref = std::max(ref, p[j].mib);
       if (v <= idle + (1.0 - o.restart_drop_fraction) * (ref - idle) && ref - v >= min_drop) {
         high = false;
         drop_at = i;
@@ -139,7 +164,7 @@ drop_scan find_drops(std::span<const series_point> p, const leak_options& o) {
       }
     } else {
       low = std::min(low, v);
-      if (v - low >= std::max(min_drop, 0.25 * (ref_at_drop - low))) {
+      if (v - low >= std::max(min_drop, comes_back_share * (ref_at_drop - low))) {
         high = true;
         high_start = i;
         out.restarts.push_back(drop_at);
@@ -173,8 +198,8 @@ std::size_t warmup_end(std::span<const series_point> p, std::size_t s, std::size
   const double working = median_of(second);
   const double start = r[0];
   const double noise = noise_of(p.subspan(s, n));
-  if (working - start <= std::max(o.min_growth_mib, 4.0 * noise)) return s;
-  const double threshold = start + 0.9 * (working - start);
+  if (working - start <= std::max(o.min_growth_mib, warmup_rise_sd * noise)) return s;
+  const double threshold = start + warmup_reach * (working - start);
   std::size_t i = 0;
   while (i < n && r[i] < threshold) ++i;
   if (i == n) return s;
@@ -182,7 +207,7 @@ std::size_t warmup_end(std::span<const series_point> p, std::size_t s, std::size
   // above 90 %); slower growth after it belongs to the load window.
   double steepest = 0;
   for (std::size_t k = 1; k <= i; ++k) steepest = std::max(steepest, r[k] - r[k - 1]);
-  const double ramp_step = std::max(o.min_growth_mib, 0.1 * steepest);
+  const double ramp_step = std::max(o.min_growth_mib, ramp_step_share * steepest);
   // Over the next three samples, so that one noisy step does not end the ramp.
   const auto rising = [&](std::size_t k) {
     const std::size_t ahead = std::min<std::size_t>(3, n - 1 - k);
@@ -211,13 +236,13 @@ std::optional<plateau_found> find_plateau(std::span<const series_point> p, std::
   if (n < 6) return std::nullopt;
   const double span_s = p[e - 1].seconds - p[w].seconds;
   // About 60 candidates, each with a Theil–Sen of at most 20 000 pairs: O(1.2 M) per window.
-  const std::size_t step = std::max<std::size_t>(1, n / 60);
-  const std::size_t screening_pairs = std::min<std::size_t>(o.max_pairs, 20'000);
+  const std::size_t step = std::max<std::size_t>(1, n / plateau_candidates);
+  const std::size_t pairs = std::min<std::size_t>(o.max_pairs, screening_pairs);
   const double z = o.significance_z;
   for (std::size_t at = w + 3; at + 3 <= e; at += step) {
     if (p[e - 1].seconds - p[at].seconds < o.plateau_min_fraction * span_s) break;
     // Growth over a few samples just after the load window's start is the end of the warm-up.
-    if (p[at].seconds - p[w].seconds < 0.05 * span_s) continue;
+    if (p[at].seconds - p[w].seconds < warmup_tail_share * span_s) continue;
     const std::size_t before = at - w;
     const std::size_t after = e - at;
     const std::size_t mp = noise <= 0.0 ? 1 : std::max<std::size_t>(1, std::min({m, before / 2, after / 2}));
@@ -233,16 +258,16 @@ std::optional<plateau_found> find_plateau(std::span<const series_point> p, std::
       continue;
     }
     const double r_before = grew / t_before;  // MiB/s, diluted: to the suffix's median time
-    const slope_estimate pre = theil_sen(p.subspan(w, before), screening_pairs);
-    const slope_estimate s = theil_sen(p.subspan(at, after), screening_pairs);
+    const slope_estimate pre = theil_sen(p.subspan(w, before), pairs);
+    const slope_estimate s = theil_sen(p.subspan(at, after), pairs);
     const double r_after = s.mib_per_min / 60.0;
     const double fastest_before = std::max(r_before, pre.mib_per_min / 60.0);
-    if (r_after > std::max(o.min_rate_mib_per_min / 60.0, 0.25 * fastest_before)) continue;
+    if (r_after > std::max(o.min_rate_mib_per_min / 60.0, plateau_rate_share * fastest_before)) continue;
     // Slower by z standard errors: measured by the net growth, or by the Theil–Sen slopes before
     // and after (stronger when the growth before is long and noisy).
     const double se = std::hypot(sd_grew / t_before, s.standard_error() / 60.0);
     const bool slower_net = r_before - r_after >= z * se;
-    const bool slower_slope = pre.pairs > 0 && s.mib_per_min <= std::max(o.min_rate_mib_per_min, 0.25 * pre.mib_per_min) &&
+    const bool slower_slope = pre.pairs > 0 && s.mib_per_min <= std::max(o.min_rate_mib_per_min, plateau_rate_share * pre.mib_per_min) &&
                               pre.mib_per_min - s.mib_per_min >= z * std::hypot(pre.standard_error(), s.standard_error());
     if (!slower_net && !slower_slope) continue;
     // Without noise the flat part may start before the candidate (when step > 1).
@@ -262,16 +287,16 @@ std::optional<plateau_found> find_plateau(std::span<const series_point> p, std::
 std::vector<std::size_t> find_releases(std::span<const series_point> p, std::size_t w, std::size_t e, double noise,
                                        const leak_options& o) {
   std::vector<std::size_t> out;
-  const double min_fall = std::max(2.0 * o.min_growth_mib, 8.0 * noise);
+  const double min_fall = std::max(2.0 * o.min_growth_mib, release_fall_sd * noise);
   double floor = p[w].mib;
   double peak = p[w].mib;
   std::size_t since = w;
   for (std::size_t i = w + 1; i < e; ++i) {
     const double v = p[i].mib;
     double ref = v;
-    for (std::size_t j = std::max(since, i >= 3 ? i - 3 : 0); j < i; ++j) ref = std::max(ref, p[j].mib);
+    for (std::size_t j = std::max(since, i >= fall_readings ? i - fall_readings : 0); j < i; ++j) ref = std::max(ref, p[j].mib);
     const double fall = ref - v;
-    if (fall >= min_fall && peak - floor >= min_fall && fall >= 0.5 * (peak - floor)) {
+    if (fall >= min_fall && peak - floor >= min_fall && fall >= release_give_back * (peak - floor)) {
       out.push_back(i);
       floor = peak = v;
       since = i;
@@ -315,7 +340,7 @@ void judge_floor(std::span<const series_point> p, std::size_t e, const std::vect
                                          : 0.0;
   const double growth = rate * span_s / 60.0;
   // The lowest of a tooth's noisy readings is itself noisy by about one sd; k floors average it.
-  const double sd = 2.0 * r.noise_mib / std::sqrt(0.5 * static_cast<double>(floors.size()));
+  const double sd = floor_sd_factor * r.noise_mib / std::sqrt(0.5 * static_cast<double>(floors.size()));
   const bool grew = growth >= std::max(o.min_growth_mib, o.significance_z * sd) && rate > 0.0;
   const double fewer = size_factor(floors.size());
   r.grew = grew;
@@ -326,7 +351,7 @@ void judge_floor(std::span<const series_point> p, std::size_t e, const std::vect
     return;
   }
   r.verdict = leak_verdict::no_growth;
-  r.confidence = (grew ? 0.5 : 0.95) * fewer;
+  r.confidence = (grew ? confidence_below_threshold : confidence_flat_floor) * fewer;
 }
 
 /// One run [s, e): warm-up, load window, growth, plateau, verdict.
@@ -393,7 +418,7 @@ run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size
     r.rate_mib_per_min = r.slope.mib_per_min;
     const double z_flat = se > 0.0 ? (o.min_rate_mib_per_min - r.slope.mib_per_min) / se
                                    : std::numeric_limits<double>::infinity();
-    r.confidence = std::max(0.05, significance(z_flat)) * fewer;
+    r.confidence = std::max(confidence_least_flat, significance(z_flat)) * fewer;
     return r;
   }
   r.grew = true;
@@ -410,7 +435,7 @@ run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size
   r.rate_mib_per_min = slope_significant ? r.slope.mib_per_min : net_rate;
   if (r.rate_mib_per_min < o.min_rate_mib_per_min && growth < o.min_leak_growth_mib) {
     r.verdict = leak_verdict::no_growth;
-    r.confidence = 0.5 * fewer;
+    r.confidence = confidence_below_threshold * fewer;
     return r;
   }
   r.verdict = leak_verdict::leak;
@@ -419,7 +444,7 @@ run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size
   } else {
     // The growth rests on a few steps of a staircase: less sure than a steady climb.
     const double z_net = sd > 0.0 ? growth / sd : std::numeric_limits<double>::infinity();
-    r.confidence = 0.6 * significance(z_net) * fewer;
+    r.confidence = confidence_staircase * significance(z_net) * fewer;
   }
   return r;
 }
@@ -531,7 +556,7 @@ slope_estimate theil_sen(std::span<const series_point> points, std::size_t max_p
   out.mib_per_min = median_of(slopes) * 60.0;
   // Sen's interval: the order statistics at (N ± z·sqrt(Var S)) / 2, scaled to the pairs used.
   const double nd = static_cast<double>(n);
-  const double c = 1.96 * std::sqrt(nd * (nd - 1.0) * (2.0 * nd + 5.0) / 18.0);
+  const double c = sen_z95 * std::sqrt(nd * (nd - 1.0) * (2.0 * nd + 5.0) / 18.0);
   const double lo_share = std::clamp((all_pairs - c) / (2.0 * all_pairs), 0.0, 1.0);
   const double hi_share = std::clamp((all_pairs + c) / (2.0 * all_pairs), 0.0, 1.0);
   const std::size_t last = slopes.size() - 1;
