@@ -4,8 +4,12 @@ include(CMakePackageConfigHelpers)
 
 set(MGM_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/MultiGpuMem" CACHE STRING "Where the CMake package goes")
 
+set(MGM_LAYER_TARGETS "")
+foreach(layer IN LISTS MGM_LAYERS)
+  list(APPEND MGM_LAYER_TARGETS mgm_${layer})
+endforeach()
 install(
-  TARGETS multigpumem
+  TARGETS multigpumem ${MGM_LAYER_TARGETS}
   EXPORT MultiGpuMemTargets
   ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
   LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"

@@ -34,7 +34,7 @@ fs::path fresh_dir(const char* what) {
 // The child process of tests/publisher_child.cpp, with pipes to its stdin and stdout.
 class child {
  public:
-  explicit child(const fs::path& dir) {
+  explicit child(const fs::path& dir, const char* program = MGM_PUBLISHER_CHILD) {
     int in[2], out[2];
     REQUIRE(::pipe(in) == 0);
     REQUIRE(::pipe(out) == 0);
@@ -46,7 +46,7 @@ class child {
     posix_spawn_file_actions_addclose(&fa, out[0]);
     ::setenv("MGM_PUBLISH", "1", 1);
     ::setenv("MGM_PUBLISH_DIR", dir.c_str(), 1);
-    const std::string path = mgm_test::artifact(MGM_PUBLISHER_CHILD);
+    const std::string path = mgm_test::artifact(program);
     char* argv[] = {const_cast<char*>(path.c_str()), nullptr};
     const int rc = posix_spawn(&pid_, path.c_str(), &fa, nullptr, argv, environ);
     ::unsetenv("MGM_PUBLISH");
@@ -96,7 +96,10 @@ class child {
 
 TEST_CASE("publisher: another process's pool figures, read while it runs, gone when it exits", "[telemetry][publish]") {
   const auto dir = fresh_dir("two");
-  child c{dir};
+  // Linked to the one-stop target, or to the telemetry layer alone: MGM_PUBLISH=1 publishes either way.
+  const char* program = GENERATE(MGM_PUBLISHER_CHILD, MGM_PUBLISHER_CHILD_TELEMETRY);
+  INFO(program);
+  child c{dir, program};
   std::vector<tel::log_issue> skipped;
   const auto procs = tel::read_published(dir, &skipped);
   CHECK(skipped.empty());
