@@ -64,6 +64,7 @@ mgm_layer(
   SOURCES src/telemetry/gpuz.cpp src/telemetry/leak_analysis.cpp src/telemetry/leak_explain.cpp
           src/telemetry/leak_shapes.cpp src/telemetry/leak_statistics.cpp src/telemetry/nvml.cpp src/telemetry/nvml_source.cpp
           src/telemetry/publisher.cpp src/telemetry/sampler.cpp src/telemetry/sinks.cpp src/telemetry/smi_csv.cpp
+          src/telemetry/log_text.cpp src/telemetry/log_time.cpp src/telemetry/log_detect.cpp
           src/telemetry/smi_query_text.cpp src/telemetry/smi_query_xml.cpp src/telemetry/startup.cpp
   DEPS core topology sim pool discovery)
 # Telemetry's start-up (src/telemetry/startup.cpp) is linked into every program that links the

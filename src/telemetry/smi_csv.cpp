@@ -1,9 +1,9 @@
 // nvidia-smi CSV logs as people keep them: `--query-gpu` with or without units and header, a
-// script's own columns, a human table before the CSV, NUL runs, GPUs interleaved; and
-// `--query-compute-apps`. Also the pieces every log reader shares (lines, numbers, times) and the
-// entry points that pick a reader.
+// script's own columns, a human table before the CSV (or pasted with `|`, tabs or aligned blanks),
+// NUL runs, GPUs interleaved; and `--query-compute-apps`.
 #include <mgm/error.hpp>
 #include "../detail/text.hpp"
+#include "log_internal.hpp"
 
 #include <mgm/telemetry/log_format.hpp>
 
@@ -26,229 +26,7 @@
 
 namespace mgm::telemetry {
 
-// ---------------------------------------------------------------------------------------------
-// Shared pieces
-// ---------------------------------------------------------------------------------------------
-
-namespace detail {
-
-std::vector<log_line> split_log_lines(std::string_view text) {
-  if (text.size() >= 3 && text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
-  std::vector<log_line> lines;
-  std::size_t number = 0;
-  for (std::size_t start = 0; start < text.size();) {
-    const std::size_t nl = std::min(text.find('\n', start), text.size());
-    log_line line;
-    line.number = ++number;
-    const auto raw = text.substr(start, nl - start);
-    line.text.reserve(raw.size());
-    for (const char c : raw) {
-      if (c == '\0') {
-        line.had_nul = true;
-      } else {
-        line.text.push_back(c);
-      }
-    }
-    if (!line.text.empty() && line.text.back() == '\r') line.text.pop_back();
-    lines.push_back(std::move(line));
-    start = nl + 1;
-  }
-  return lines;
-}
-
-std::string_view trim(std::string_view text) noexcept { return mgm::detail::trim_blanks(text); }
-
-std::optional<number_and_unit> parse_number_and_unit(std::string_view text) noexcept {
-  text = trim(text);
-  if (text.empty()) return std::nullopt;
-  // from_chars takes neither a leading '+' nor "inf"/"nan" spelled as words we want.
-  if (text.front() == '+') text.remove_prefix(1);
-  if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text.front())) != 0 || text.front() == '-' ||
-                        text.front() == '.')) {
-    return std::nullopt;
-  }
-  double value = 0.0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end == text.data() || !std::isfinite(value)) return std::nullopt;
-  return number_and_unit{value, trim(text.substr(static_cast<std::size_t>(end - text.data())))};
-}
-
-}  // namespace detail
-
-namespace {
-
 using detail::trim;
-
-// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
-std::int64_t days_from_civil(std::int64_t y, unsigned m, unsigned d) noexcept {
-  y -= m <= 2 ? 1 : 0;
-  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
-  const auto yoe = static_cast<unsigned>(y - era * 400);
-  const unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + static_cast<std::int64_t>(doe) - 719468;
-}
-
-struct civil {
-  std::int64_t year;
-  unsigned month;
-  unsigned day;
-};
-
-civil civil_from_days(std::int64_t z) noexcept {
-  z += 719468;
-  const std::int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-  const auto doe = static_cast<unsigned>(z - era * 146097);
-  const unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-  const std::int64_t y = static_cast<std::int64_t>(yoe) + era * 400;
-  const unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-  const unsigned mp = (5 * doy + 2) / 153;
-  const unsigned d = doy - (153 * mp + 2) / 5 + 1;
-  const unsigned m = mp < 10 ? mp + 3 : mp - 9;
-  return {y + (m <= 2 ? 1 : 0), m, d};
-}
-
-bool leap(std::int64_t y) noexcept { return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0; }
-
-unsigned days_in_month(std::int64_t y, unsigned m) noexcept {
-  static constexpr std::array<unsigned, 12> days{31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  return m == 2 && leap(y) ? 29 : days[m - 1];
-}
-
-// Reads exactly `n` digits at `pos`.
-bool digits(std::string_view s, std::size_t& pos, std::size_t n, unsigned& out) noexcept {
-  if (pos + n > s.size()) return false;
-  unsigned v = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const char c = s[pos + i];
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<unsigned>(c - '0');
-  }
-  pos += n;
-  out = v;
-  return true;
-}
-
-struct split_time {
-  std::int64_t seconds;
-  std::int64_t millis;
-};
-
-split_time split_ms(clock::time_point t) {
-  const auto ms = std::chrono::floor<std::chrono::milliseconds>(t.time_since_epoch()).count();
-  const std::int64_t seconds = (ms >= 0 ? ms : ms - 999) / 1000;
-  return {seconds, ms - seconds * 1000};
-}
-
-}  // namespace
-
-std::optional<clock::time_point> parse_log_time(std::string_view text) noexcept {
-  using namespace std::chrono;
-  text = trim(text);
-  if (text.empty()) return std::nullopt;
-  // Unix seconds (or milliseconds), with an optional fraction.
-  if (std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; }) &&
-      std::count(text.begin(), text.end(), '.') <= 1 && text.front() != '.' && text.size() <= 19) {
-    const auto dot = text.find('.');
-    const auto whole_text = text.substr(0, dot);
-    std::int64_t whole = 0;
-    const auto [end, ec] = std::from_chars(whole_text.data(), whole_text.data() + whole_text.size(), whole);
-    if (ec != std::errc{} || end != whole_text.data() + whole_text.size()) return std::nullopt;
-    std::int64_t nanos = 0;
-    if (dot != std::string_view::npos) {
-      const auto frac = text.substr(dot + 1);
-      std::int64_t scale = 100'000'000;
-      for (std::size_t i = 0; i < frac.size() && i < 9; ++i, scale /= 10) nanos += (frac[i] - '0') * scale;
-    }
-    // system_clock counts nanoseconds in 64 bits: about the years 1678 to 2262.
-    nanoseconds since{};
-    if (whole > 100'000'000'000LL) {  // milliseconds
-      if (whole > 9'000'000'000'000LL) return std::nullopt;
-      since = milliseconds{whole} + nanoseconds{nanos / 1000};
-    } else {
-      if (whole > 9'000'000'000LL) return std::nullopt;
-      since = seconds{whole} + nanoseconds{nanos};
-    }
-    return clock::time_point{duration_cast<clock::duration>(since)};
-  }
-  // YYYY?MM?DD[ T]HH:MM:SS[.fff][Z|+HH:MM|+HHMM]
-  std::size_t p = 0;
-  unsigned year = 0;
-  unsigned month = 0;
-  unsigned day = 0;
-  unsigned hour = 0;
-  unsigned minute = 0;
-  unsigned second = 0;
-  if (!digits(text, p, 4, year)) return std::nullopt;
-  if (p >= text.size() || (text[p] != '/' && text[p] != '-')) return std::nullopt;
-  const char date_sep = text[p++];
-  if (!digits(text, p, 2, month) || p >= text.size() || text[p++] != date_sep || !digits(text, p, 2, day)) {
-    return std::nullopt;
-  }
-  if (p >= text.size() || (text[p] != ' ' && text[p] != 'T')) return std::nullopt;
-  ++p;
-  while (p < text.size() && text[p] == ' ') ++p;
-  if (!digits(text, p, 2, hour) || p >= text.size() || text[p++] != ':' || !digits(text, p, 2, minute) ||
-      p >= text.size() || text[p++] != ':' || !digits(text, p, 2, second)) {
-    return std::nullopt;
-  }
-  std::int64_t nanos = 0;
-  if (p < text.size() && (text[p] == '.' || text[p] == ',')) {
-    ++p;
-    std::int64_t scale = 100'000'000;
-    const std::size_t start = p;
-    for (; p < text.size() && text[p] >= '0' && text[p] <= '9'; ++p) {
-      if (p - start < 9) {
-        nanos += (text[p] - '0') * scale;
-        scale /= 10;
-      }
-    }
-    if (p == start) return std::nullopt;
-  }
-  std::int64_t offset_minutes = 0;
-  if (p < text.size() && (text[p] == 'Z' || text[p] == 'z')) {
-    ++p;
-  } else if (p < text.size() && (text[p] == '+' || text[p] == '-')) {
-    const int sign = text[p] == '-' ? -1 : 1;
-    ++p;
-    unsigned oh = 0;
-    unsigned om = 0;
-    if (!digits(text, p, 2, oh)) return std::nullopt;
-    if (p < text.size() && text[p] == ':') ++p;
-    if (!digits(text, p, 2, om) || oh > 23 || om > 59) return std::nullopt;
-    offset_minutes = sign * static_cast<std::int64_t>(oh * 60 + om);
-  }
-  if (p != text.size()) return std::nullopt;
-  if (year < 1700 || year > 2200 || month < 1 || month > 12 || day < 1 || day > days_in_month(year, month) || hour > 23 || minute > 59 ||
-      second > 60) {
-    return std::nullopt;
-  }
-  const std::int64_t secs = days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second -
-                            offset_minutes * 60;
-  return clock::time_point{duration_cast<clock::duration>(seconds{secs} + nanoseconds{nanos})};
-}
-
-std::string format_smi_time(clock::time_point time) {
-  const auto [secs, ms] = split_ms(time);
-  const std::int64_t days = (secs >= 0 ? secs : secs - 86399) / 86400;
-  const std::int64_t in_day = secs - days * 86400;
-  const auto date = civil_from_days(days);
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%04lld/%02u/%02u %02lld:%02lld:%02lld.%03lld", static_cast<long long>(date.year),
-                date.month, date.day, static_cast<long long>(in_day / 3600), static_cast<long long>(in_day / 60 % 60),
-                static_cast<long long>(in_day % 60), static_cast<long long>(ms));
-  return buffer;
-}
-
-std::string format_iso_time(clock::time_point time) {
-  std::string s = format_smi_time(time);  // YYYY/MM/DD HH:MM:SS.mmm
-  if (s.size() >= 11) {
-    s[4] = '-';
-    s[7] = '-';
-    s[10] = 'T';
-  }
-  return s + 'Z';
-}
 
 // ---------------------------------------------------------------------------------------------
 // nvidia-smi CSV
@@ -636,6 +414,8 @@ class row_reader {
 
 }  // namespace
 
+bool detail::is_smi_table_header(std::string_view line) { return find_header(line).has_value(); }
+
 gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
   gpu_log log;
   log.format = "nvidia-smi-csv";
@@ -796,74 +576,6 @@ gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
              "with --columns (e.g. --columns 'timestamp,index,memory.used [MiB]')");
   }
   return log;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Entry points
-// ---------------------------------------------------------------------------------------------
-
-log_format detect_log_format(std::string_view text) noexcept {
-  try {
-    std::size_t seen = 0;
-    for (const auto& line : detail::split_log_lines(text)) {
-      const auto body = trim(line.text);
-      if (body.empty()) continue;
-      if (seen++ == 0) {
-        if (body.starts_with("<?xml") || body.starts_with("<nvidia_smi_log") || body.starts_with("<!DOCTYPE nvidia_smi_log")) {
-          return log_format::smi_xml;
-        }
-        if (body.front() == '{') return log_format::jsonl;
-        const auto first = trim(body.substr(0, body.find(',')));
-        if (body.find(',') != std::string_view::npos && (first == "Date" || first == "date")) return log_format::gpuz;
-      }
-      if (detail::is_smi_query_text_line(line.text)) return log_format::smi_text;
-      if (body.find(',') != std::string_view::npos) return log_format::smi_csv;
-      if (find_header(line.text)) return log_format::smi_csv;  // a table pasted with other separators
-    }
-    return log_format::unknown;
-  } catch (...) {  // only std::bad_alloc can get here
-    return log_format::unknown;
-  }
-}
-
-gpu_log read_gpu_log(std::string_view text, const log_read_options& options) {
-  if (!options.columns.empty()) return read_smi_csv(text, options);
-  switch (detect_log_format(text)) {
-    case log_format::smi_csv:
-      return read_smi_csv(text, options);
-    case log_format::gpuz:
-      return read_gpuz_log(text, options);
-    case log_format::jsonl:
-      return read_jsonl_log(text, options);
-    case log_format::smi_xml:
-      return read_smi_query_xml(text, options);
-    case log_format::smi_text:
-      return read_smi_query_text(text, options);
-    case log_format::unknown:
-      break;
-  }
-  throw parse_error{"GPU log, line 1: unknown format (expected nvidia-smi --query-gpu CSV or a table of it, "
-                    "nvidia-smi -q or -q -x output, a GPU-Z sensor log or JSON lines); for a table without "
-                    "a header line, give its column names with --columns",
-                    1, 0};
-}
-
-gpu_log read_gpu_log(std::istream& in, const log_read_options& options) {
-  const std::string text{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
-  return read_gpu_log(std::string_view{text}, options);
-}
-
-gpu_log read_gpu_log_file(const std::filesystem::path& path, const log_read_options& options) {
-  std::ifstream in{path, std::ios::binary};
-  if (!in) throw logic_error{"cannot open the GPU log '" + path.string() + "'"};
-  const std::string text{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
-  if (in.bad()) throw logic_error{"cannot read the GPU log '" + path.string() + "'"};
-  if (options.device_name.empty() && detect_log_format(text) == log_format::gpuz) {
-    log_read_options named = options;
-    named.device_name = path.stem().string();
-    return read_gpuz_log(text, named);
-  }
-  return read_gpu_log(std::string_view{text}, options);
 }
 
 }  // namespace mgm::telemetry
