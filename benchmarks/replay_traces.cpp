@@ -7,6 +7,9 @@
 #include <mgm/trace/replay.hpp>
 #include <mgm/trace/trace.hpp>
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -19,31 +22,16 @@ int main(int argc, char** argv) try {
   std::vector<std::string> allocators{"pool", "direct", "cub", "pmr"};
   std::vector<std::string> files;
   double capacity_over_live = 0.0;  // 0: the default capacity
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--iterations" && i + 1 < argc) {
-      options.iterations = std::atoi(argv[++i]);
-    } else if (a == "--capacity-over-live" && i + 1 < argc) {
-      capacity_over_live = std::atof(argv[++i]);
-    } else if (a == "--fit") {
-      options.fit = true;
-    } else if (a == "--judge") {
-      options.judge = true;
-    } else if (a == "--allocators" && i + 1 < argc) {
-      allocators.clear();
-      std::string list = argv[++i];
-      for (std::size_t s = 0, c; s <= list.size(); s = c + 1) {
-        c = std::min(list.find(',', s), list.size());
-        allocators.push_back(list.substr(s, c - s));
-      }
-    } else {
-      files.push_back(a);
-    }
-  }
-  if (files.empty()) {
-    std::fprintf(stderr, "usage: mgm_replay_traces [--iterations N] [--fit] [--judge] [--allocators a,b] TRACE.csv...\n");
-    return 1;
-  }
+  CLI::App app{"Replays RMM-format traces through every allocator on the simulator; one replay_result per line as JSON",
+               "mgm_replay_traces"};
+  app.add_option("--iterations", options.iterations, "Passes over each trace")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--capacity-over-live", capacity_over_live, "Run each trace on a device of F x its peak live bytes")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--fit", options.fit, "Search the smallest capacity that runs each trace");
+  app.add_flag("--judge", options.judge, "Judge every hand-out on the simulator (host time then includes it)");
+  app.add_option("--allocators", allocators, "pool, direct, cub, pmr, bump")->delimiter(',')->capture_default_str();
+  app.add_option("traces", files, "RMM-format trace files")->required()->check(CLI::ExistingFile);
+  CLI11_PARSE(app, argc, argv);
   for (const auto& f : files) {
     const auto compiled = mgm::read_rmm_csv_file(f).compile();
     if (capacity_over_live > 0.0) {
@@ -53,7 +41,8 @@ int main(int argc, char** argv) try {
       try {
         std::printf("%s\n", mgm::replay_on_sim(compiled, a, options).to_json().c_str());
       } catch (const mgm::out_of_memory& e) {
-        std::printf("{\"trace\":\"%s\",\"allocator\":\"%s\",\"error\":\"out of memory\"}\n", compiled.name.c_str(), a.c_str());
+        const nlohmann::ordered_json j{{"trace", compiled.name}, {"allocator", a}, {"error", "out of memory"}};
+        std::printf("%s\n", j.dump().c_str());
       }
       std::fflush(stdout);
     }

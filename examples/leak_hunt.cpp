@@ -8,6 +8,8 @@
 #include <mgm/mgm.hpp>
 #include <mgm/telemetry/leak_analysis.hpp>
 
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -32,11 +34,11 @@ constexpr layer layers[] = {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const int iterations = argc > 1 ? std::atoi(argv[1]) : 20;
-  if (iterations < 2) {
-    std::fprintf(stderr, "usage: mgm_example_leak_hunt [ITERATIONS >= 2]\n");
-    return 1;
-  }
+  int iterations = 20;
+  CLI::App app{"A layer that keeps its buffers every iteration, found by the tracking adaptor and the leak analysis",
+               "mgm_example_leak_hunt"};
+  app.add_option("iterations", iterations, "Training iterations to simulate")->check(CLI::Range(2, 100000))->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   auto m = mgm::sim::machine::preset("dgx-h100");
   using pool_type = mgm::caching_pool<mgm::sim::device_allocator>;
   pool_type pool{m.allocator(mgm::device_id{0}), mgm::pool_options{}};

@@ -9,6 +9,8 @@
 #include <mgm/mgm.hpp>
 #include <mgm/trace/generator.hpp>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -46,14 +48,12 @@ struct row {
 int main(int argc, char** argv) try {
   std::string path;
   int iterations = 6;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--iterations" && i + 1 < argc) {
-      iterations = std::max(1, std::atoi(argv[++i]));
-    } else {
-      path = a;
-    }
-  }
+  CLI::App app{"ResNet-50 training replayed data-parallel through cudaMalloc, CUB's caching allocator and the pool",
+               "mgm_training_demo"};
+  app.add_option("trace", path, "An RMM-format trace (default: the real ResNet-50 trace of ../shared/data, else a generated one)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--iterations", iterations, "Passes over the trace")->check(CLI::PositiveNumber)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   if (path.empty()) path = find_real_trace();
 
   mgm::compiled_trace t;
