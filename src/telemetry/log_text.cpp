@@ -56,6 +56,14 @@ std::vector<log_line> split_log_lines(std::string_view text) {
 
 std::string_view trim(std::string_view text) noexcept { return mgm::detail::trim_blanks(text); }
 
+std::optional<double> bytes_per_memory_unit(std::string_view unit) noexcept {
+  if (unit.empty() || unit == "MiB" || unit == "MB") return 1024.0 * 1024.0;
+  if (unit == "GiB" || unit == "GB") return 1024.0 * 1024.0 * 1024.0;
+  if (unit == "KiB" || unit == "KB") return 1024.0;
+  if (unit == "B") return 1.0;
+  return std::nullopt;
+}
+
 std::optional<number_and_unit> parse_number_and_unit(std::string_view text) noexcept {
   text = trim(text);
   if (text.empty()) return std::nullopt;

@@ -361,19 +361,9 @@ class row_reader {
     const auto n = detail::parse_number_and_unit(*v);
     if (!n) return fail_bytes("'" + std::string{*v} + "' is not a memory size");
     const std::string_view unit = n->unit.empty() ? std::string_view{layout_.columns[column_].unit} : n->unit;
-    double factor = 0;
-    if (unit.empty() || unit == "MiB" || unit == "MB") {
-      factor = 1024.0 * 1024.0;
-    } else if (unit == "GiB" || unit == "GB") {
-      factor = 1024.0 * 1024.0 * 1024.0;
-    } else if (unit == "KiB" || unit == "KB") {
-      factor = 1024.0;
-    } else if (unit == "B") {
-      factor = 1.0;
-    } else {
-      return fail_bytes("unexpected unit in '" + std::string{*v} + "'");
-    }
-    const double b = n->value * factor;
+    const auto factor = detail::bytes_per_memory_unit(unit);
+    if (!factor) return fail_bytes("unexpected unit in '" + std::string{*v} + "'");
+    const double b = n->value * *factor;
     if (b < 0 || b >= 9.2e18) return fail_bytes("'" + std::string{*v} + "' is out of range");
     return static_cast<std::uint64_t>(std::llround(b));
   }

@@ -144,20 +144,9 @@ struct bad_value {
 inline std::optional<std::uint64_t> memory_bytes(std::string_view text) {
   const auto n = detail::parse_number_and_unit(text);
   if (!n || n->value < 0) return std::nullopt;
-  double factor = 0;
-  const auto unit = n->unit;
-  if (unit.empty() || unit == "MiB" || unit == "MB") {
-    factor = 1024.0 * 1024.0;
-  } else if (unit == "GiB" || unit == "GB") {
-    factor = 1024.0 * 1024.0 * 1024.0;
-  } else if (unit == "KiB" || unit == "KB") {
-    factor = 1024.0;
-  } else if (unit == "B") {
-    factor = 1.0;
-  } else {
-    return std::nullopt;
-  }
-  const double b = n->value * factor;
+  const auto factor = detail::bytes_per_memory_unit(n->unit);
+  if (!factor) return std::nullopt;
+  const double b = n->value * *factor;
   if (b >= 9.2e18) return std::nullopt;
   return static_cast<std::uint64_t>(std::llround(b));
 }

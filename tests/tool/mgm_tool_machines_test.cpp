@@ -104,6 +104,16 @@ TEST_CASE("mgm --sim TOPOLOGY_FILE: no capacity is invented; --sim-devices gives
     const auto refused = run_mgm("--sim " + h100_file() + " replay /dev/null");
     CHECK(refused.rc == 1);
     CHECK(refused.err.find("gives links, not memory") != std::string::npos);
+    const auto trace = scratch() / "tiny.rmm_log.csv";
+    std::ofstream{trace} << "Thread,Time,Action,Pointer,Size,Stream\n1,00:00:00.000001,allocate,0x1000,1048576,0x0\n"
+                            "1,00:00:00.000002,free,0x1000,1048576,0x0\n";
+    const auto sized = run_mgm("--sim " + h100_file() + " replay '" + trace.string() + "' --capacity 4GiB --devices 2");
+    INFO(sized.err);
+    CHECK(sized.rc == 0);
+    CHECK(sized.out.find("(memory: --capacity)") != std::string::npos);
+    const auto named = run_mgm("--sim " + h100_file() + " --sim-devices '8x24GiB:RTX 3090' replay '" + trace.string() + "'");
+    CHECK(named.rc == 0);
+    CHECK(named.out.find("(memory: --sim-devices)") != std::string::npos);
   }
 }
 

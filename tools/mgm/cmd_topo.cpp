@@ -23,15 +23,6 @@ mgm::topology links_of(const context& ctx) {
   return mgm::discover_topology();
 }
 
-mgm::topology read_topology_file(const std::string& path) {
-  const std::string text = read_file(path);
-  try {
-    return text.find("<system") != std::string::npos ? mgm::parse_nccl_topology_xml(text) : mgm::parse_smi_topology(text);
-  } catch (const mgm::parse_error& e) {
-    throw tool_error{exit_bad_input, path + ":" + std::to_string(e.line()) + ": " + e.what()};
-  }
-}
-
 // `mgm topo --json`. Keys carry their unit where they have one (`bandwidth_gb_per_s`,
 // `memory_bytes`); what is not known is null.
 nlohmann::json topology_json(const mgm::topology& t, bool bandwidth) {

@@ -49,16 +49,6 @@ bool names_a_file(const std::string& what) {
   return std::filesystem::is_regular_file(what, ec);
 }
 
-mgm::topology read_links(const std::string& path) {
-  const std::string text = read_file(path);
-  try {
-    return text.find("<system") != std::string::npos ? mgm::parse_nccl_topology_xml(text)
-                                                     : mgm::parse_smi_topology(text);
-  } catch (const mgm::parse_error& e) {
-    throw tool_error{exit_bad_input, path + ":" + std::to_string(e.line()) + ": " + e.what()};
-  }
-}
-
 // The GPUs `--sim-devices` gives, one per GPU of the file, in its order.
 std::vector<mgm::sim::device_spec> read_sim_devices(const context& ctx, std::size_t gpus) {
   std::vector<mgm::sim::device_spec> given;
@@ -106,7 +96,7 @@ sim_choice make_sim_machine(const context& ctx) {
   const std::string& what = ctx.sim;
   if (std::filesystem::is_directory(what)) throw tool_error{exit_bad_input, "--sim " + what + ": a directory, not a topology file"};
   if (names_a_file(what)) {
-    mgm::topology links = read_links(what);
+    mgm::topology links = read_topology_file(what);
     const auto& gpus = links.gpus();
     std::vector<mgm::sim::device_spec> given;
     std::string source = "the topology file (its GPUs' PCI device IDs)";
@@ -151,7 +141,7 @@ sim_links make_sim_links(const context& ctx) {
   if (!std::filesystem::is_directory(ctx.sim) && names_a_file(ctx.sim)) {
     sim_links v;
     v.name = "sim:" + std::filesystem::path{ctx.sim}.filename().string();
-    v.links = read_links(ctx.sim);
+    v.links = read_topology_file(ctx.sim);
     const auto given = ctx.sim_devices.empty() ? std::vector<mgm::sim::device_spec>{}
                                                : read_sim_devices(ctx, v.links.gpus().size());
     for (std::size_t i = 0; i < v.links.gpus().size(); ++i) {
@@ -209,6 +199,16 @@ std::vector<std::string> wrap_words(const std::string& text, std::size_t width) 
   }
   if (!line.empty()) lines.push_back(line);
   return lines;
+}
+
+mgm::topology read_topology_file(const std::string& path) {
+  const std::string text = read_file(path);
+  try {
+    return text.find("<system") != std::string::npos ? mgm::parse_nccl_topology_xml(text)
+                                                     : mgm::parse_smi_topology(text);
+  } catch (const mgm::parse_error& e) {
+    throw tool_error{exit_bad_input, path + ":" + std::to_string(e.line()) + ": " + e.what()};
+  }
 }
 
 std::string size_or_dash(const std::optional<std::uint64_t>& bytes) {

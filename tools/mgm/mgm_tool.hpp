@@ -98,6 +98,10 @@ void check_global_options(const context& ctx);
 /// @brief `mgm.1 GiB` style sizes; "--" for none.
 [[nodiscard]] std::string size_or_dash(const std::optional<std::uint64_t>& bytes);
 
+/// @brief A topology file: `nvidia-smi topo -m` text or NCCL XML.
+/// @throws tool_error (2) naming the file and line.
+[[nodiscard]] mgm::topology read_topology_file(const std::string& path);
+
 /// @brief The whole file, binary. @throws tool_error (2) naming the path.
 [[nodiscard]] std::string read_file(const std::string& path);
 

@@ -299,6 +299,10 @@ struct number_and_unit {
   std::string_view unit;
 };
 [[nodiscard]] std::optional<number_and_unit> parse_number_and_unit(std::string_view text) noexcept;
+
+/// @brief Bytes per unit of a memory size as logs write it (`MiB`/`MB`, `GiB`/`GB`, `KiB`/`KB`,
+/// `B`; none: MiB, nvidia-smi's unit); empty for any other unit.
+[[nodiscard]] std::optional<double> bytes_per_memory_unit(std::string_view unit) noexcept;
 /// True for a line only `nvidia-smi -q` text has: its `=...NVSMI LOG...=` banner, or a
 /// `GPU 00000000:07:00.0` section head at the left margin.
 [[nodiscard]] bool is_smi_query_text_line(std::string_view line) noexcept;
