@@ -20,6 +20,9 @@ function(mgm_layer name)
       target_link_libraries(${target} PUBLIC mgm_${dep})
     endforeach()
     mgm_set_warnings(${target})
+    # fmt, header-only, for the layer's own number formatting: build-only, so the exported
+    # targets carry no dependency on it.
+    target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:fmt::fmt-header-only>)
   else()
     add_library(${target} INTERFACE)
     foreach(dep IN LISTS L_DEPS)

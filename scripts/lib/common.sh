@@ -4,7 +4,7 @@
 mgm_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # The packages each kind of build needs.
-MGM_BUILD_PACKAGES=(cmake ninja-build g++ make pkg-config nlohmann-json3-dev libcli11-dev libpugixml-dev)
+MGM_BUILD_PACKAGES=(cmake ninja-build g++ make pkg-config nlohmann-json3-dev libcli11-dev libpugixml-dev libfmt-dev)
 MGM_TEST_PACKAGES=(catch2 libbenchmark-dev librapidcheck-dev jq python3 librsvg2-bin)
 MGM_CI_PACKAGES=(clang-14 libclang-rt-14-dev valgrind)
 
