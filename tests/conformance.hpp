@@ -3,6 +3,7 @@
 //   using allocator_type;            allocator_type make();
 //   void touch(void* p, size_t n);   writes a pattern over [p, p+n) and reads it back (REQUIREs)
 //   static constexpr bool exact_oom; SIZE_MAX must give mgm::out_of_memory (not just bad_alloc)
+//   static constexpr bool stream_ordered; whether the allocator must model mgm::stream_allocator
 //   mgm::stream_ref stream();        for stream allocators
 #pragma once
 
@@ -101,21 +102,29 @@ void conformance_equality_and_zero() {
 
 template <class F>
 void conformance_stream() {
-  F f;
-  auto a = f.make();
-  if constexpr (mgm::stream_allocator<typename F::allocator_type>) {
+  // The fixture says whether its allocator is stream-ordered; the concept must agree, so that an
+  // allocator that loses its stream calls (or a fixture that forgets them) fails here.
+  STATIC_REQUIRE(mgm::stream_allocator<typename F::allocator_type> == F::stream_ordered);
+  if constexpr (F::stream_ordered) {
+    F f;
+    auto a = f.make();
     const mgm::stream_ref s = f.stream();
-    std::vector<void*> ps;
+    std::vector<std::pair<std::uintptr_t, std::size_t>> live;
     for (std::size_t bytes : {std::size_t{256}, std::size_t{10'000}, std::size_t{1} << 21}) {
       void* p = a.allocate_async(bytes, 256, s);
       REQUIRE(p != nullptr);
       REQUIRE(aligned(p, 256));
       f.touch(p, bytes);
-      a.deallocate_async(p, bytes, 256, s);
+      live.emplace_back(reinterpret_cast<std::uintptr_t>(p), bytes);
     }
+    std::sort(live.begin(), live.end());
+    for (std::size_t i = 1; i < live.size(); ++i) {
+      INFO("stream-ordered block " << i - 1 << " overlaps block " << i);
+      REQUIRE(live[i - 1].first + live[i - 1].second <= live[i].first);
+    }
+    for (const auto& [p, bytes] : live) a.deallocate_async(reinterpret_cast<void*>(p), bytes, 256, s);
     REQUIRE_THROWS_AS(a.allocate_async(64, 5, s), mgm::logic_error);
-  } else {
-    SUCCEED("not a stream allocator");
+    a.deallocate_async(nullptr, 64, 256, s);  // a no-op
   }
 }
 

@@ -46,6 +46,7 @@ struct stream_holder {
 struct cuda_fixture {
   using allocator_type = mgm::cuda_allocator;
   static constexpr bool exact_oom = true;
+  static constexpr bool stream_ordered = true;
   stream_holder h;
   allocator_type make() { return allocator_type{mgm::device_id{0}}; }
   mgm::stream_ref stream() { return h.s; }
@@ -54,6 +55,7 @@ struct cuda_fixture {
 struct async_fixture {
   using allocator_type = mgm::cuda_async_allocator;
   static constexpr bool exact_oom = false;  // the driver may answer SIZE_MAX with another error
+  static constexpr bool stream_ordered = true;
   stream_holder h;
   allocator_type make() { return allocator_type{mgm::device_id{0}}; }
   mgm::stream_ref stream() { return h.s; }
@@ -65,6 +67,7 @@ struct async_fixture {
 struct pinned_fixture {
   using allocator_type = mgm::pinned_host_allocator;
   static constexpr bool exact_oom = false;
+  static constexpr bool stream_ordered = true;
   stream_holder h;
   allocator_type make() { return allocator_type{mgm::device_id{0}}; }
   mgm::stream_ref stream() { return h.s; }
@@ -76,6 +79,7 @@ struct pinned_fixture {
 struct managed_fixture {
   using allocator_type = mgm::managed_allocator;
   static constexpr bool exact_oom = false;
+  static constexpr bool stream_ordered = true;
   stream_holder h;
   allocator_type make() { return allocator_type{mgm::device_id{0}}; }
   mgm::stream_ref stream() { return h.s; }

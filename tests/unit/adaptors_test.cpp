@@ -36,6 +36,7 @@ struct adaptor_fixture {
   std::unique_ptr<mgm::sim::machine> m = std::make_unique<mgm::sim::machine>(mgm::sim::parse_device_list("256MiB"));
   using allocator_type = decltype(Make{}(std::declval<sim_alloc>()));
   static constexpr bool exact_oom = true;
+  static constexpr bool stream_ordered = true;  // adaptors and pools keep their upstream's stream calls
   allocator_type make() { return Make{}(m->allocator(device_id{0})); }
   mgm::stream_ref stream() { return m->create_stream(device_id{0}); }
   void touch(void* p, std::size_t n) { std::memset(p, 0x42, n); }

@@ -19,6 +19,7 @@ void touch_host(void* p, std::size_t bytes) {
 struct host_fixture {
   using allocator_type = mgm::host_allocator;
   static constexpr bool exact_oom = true;
+  static constexpr bool stream_ordered = false;
   allocator_type make() { return {}; }
   void touch(void* p, std::size_t n) { touch_host(p, n); }
 };
@@ -26,6 +27,7 @@ struct host_fixture {
 struct sim_fixture {
   using allocator_type = mgm::sim::device_allocator;
   static constexpr bool exact_oom = true;
+  static constexpr bool stream_ordered = true;
   std::unique_ptr<mgm::sim::machine> m = std::make_unique<mgm::sim::machine>(mgm::sim::parse_device_list("2x64MiB"));
   allocator_type make() { return m->allocator(mgm::device_id{1}); }
   mgm::stream_ref stream() { return m->create_stream(mgm::device_id{1}); }

@@ -292,18 +292,41 @@ TEST_CASE("cub_with_temp_storage through an allocator_ref reuses the pool's cach
 
 TEST_CASE("the pool's NVTX hooks are harmless without a tool", "[interop][nvtx]") {
   // Built with MGM_NVTX=ON the hooks call NVTX, which finds no tool (no NVTX_INJECTION64_PATH)
-  // and returns at once; without it they are empty. Either way the pool behaves the same.
+  // and returns at once; without it they are empty. Either way the pool behaves the same: the
+  // same segments, hits and contents as the pool's own accounting says.
   INFO("NVTX annotations compiled in: " << mgm::detail::nvtx::enabled);
   sim_setup t;
   std::vector<void*> blocks;
-  for (int i = 0; i < 8; ++i) blocks.push_back(t.pool.allocate_async(MiB + static_cast<std::size_t>(i) * 4096, 256, t.s));
+  for (int i = 0; i < 8; ++i) {
+    void* p = t.pool.allocate_async(MiB + static_cast<std::size_t>(i) * 4096, 256, t.s);
+    std::memset(p, 0x40 + i, MiB);
+    blocks.push_back(p);
+  }
+  for (int i = 0; i < 8; ++i) {
+    const auto* c = static_cast<const unsigned char*>(blocks[static_cast<std::size_t>(i)]);
+    REQUIRE(c[0] == 0x40 + i);
+    REQUIRE(c[MiB - 1] == 0x40 + i);
+  }
+  const auto live = t.pool.statistics();
+  REQUIRE(live.allocations.total == 8);
+  REQUIRE(live.allocated_bytes.current >= static_cast<std::int64_t>(8 * MiB));
+  for (int i = 0; i < 8; ++i) t.pool.deallocate_async(blocks[static_cast<std::size_t>(i)], MiB + static_cast<std::size_t>(i) * 4096, 256, t.s);
+  // The same sizes again on the same stream are served from the cache: no new segment.
+  for (int i = 0; i < 8; ++i) blocks[static_cast<std::size_t>(i)] = t.pool.allocate_async(MiB + static_cast<std::size_t>(i) * 4096, 256, t.s);
+  const auto again = t.pool.statistics();
+  REQUIRE(again.upstream_allocations == live.upstream_allocations);
+  REQUIRE(again.cache_hits >= live.cache_hits + 8);
   for (int i = 0; i < 8; ++i) t.pool.deallocate_async(blocks[static_cast<std::size_t>(i)], MiB + static_cast<std::size_t>(i) * 4096, 256, t.s);
   REQUIRE(t.pool.release() > 0);
   REQUIRE(t.pool.reserved_bytes() == 0);
-  int x[4]{};
+  // The hooks themselves neither read nor write the memory they describe.
+  int x[4]{1, 2, 3, 4};
   mgm::detail::nvtx::register_heap(x, sizeof x);
   mgm::detail::nvtx::register_region(x, sizeof(int));
   mgm::detail::nvtx::unregister_region(x);
   mgm::detail::nvtx::unregister_heap(x);
+  REQUIRE(x[0] == 1);
+  REQUIRE(x[3] == 4);
   REQUIRE(t.m.memory(device_id{0}).used_bytes == 0);
+  REQUIRE(t.m.hazards().empty());
 }

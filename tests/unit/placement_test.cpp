@@ -1,6 +1,5 @@
 // Placement: the ranking over real topologies, peer access within CUDA's limit, and the placed
 // allocator on the simulated machines.
-#include <mgm/adaptors/limiting_adaptor.hpp>
 #include <mgm/placement/peer_access.hpp>
 #include <mgm/placement/placed_allocator.hpp>
 #include <mgm/sim/judged.hpp>
@@ -14,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <sstream>
 
@@ -197,27 +197,80 @@ TEST_CASE("placed_allocator on a PCIe box spills to host memory near the reader"
   REQUIRE(m.hazards().empty());
 }
 
-TEST_CASE("placed_allocator property: random traffic on every preset stays within capacity minus reserve",
+// The seed of the random traffic: MGM_TEST_SEED when set (to replay a failure), else a fresh one.
+// Printed either way.
+std::uint64_t traffic_seed() {
+  if (const char* s = std::getenv("MGM_TEST_SEED"); s != nullptr && *s != '\0') return std::strtoull(s, nullptr, 0);
+  return std::random_device{}();
+}
+
+TEST_CASE("placed_allocator property: random traffic on every preset keeps the reserve and the spill order",
           "[placement][property]") {
+  const std::uint64_t seed = traffic_seed();
+  std::cout << "placement property: seed " << seed << " (MGM_TEST_SEED=" << seed << " replays it)\n";
   for (const auto name : mgm::sim::machine::preset_names()) {
-    INFO(name);
+    INFO(name << ", seed " << seed);
     auto m = mgm::sim::machine::preset(name);
     const int n = m.device_count();
+    const auto& links = m.links();
     std::vector<std::size_t> reserve(static_cast<std::size_t>(n), 512 * MiB);
-    using limited = mgm::limiting_adaptor<mgm::sim::device_allocator>;
-    mgm::placed_allocator placed{m.links(),
-                                 [&](device_id d) {
-                                   return limited{m.allocator(d), m.memory(d).total_bytes - reserve[d.index()]};
-                                 },
+    // No limiting adaptor: the placed allocator alone must keep each GPU's reserve free.
+    mgm::placed_allocator placed{links, [&](device_id d) { return m.allocator(d); },
                                  [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers(), reserve};
     mgm::sim::judged judged{m, placed};  // every placement judged
-    std::mt19937_64 rng{std::hash<std::string_view>{}(name)};
+    // Free above the reserve as placement may use it: the device's free bytes and the pool's cache.
+    const auto headroom = [&](device_id d) -> std::int64_t {
+      const auto st = placed.pools().pool(d).statistics();
+      return static_cast<std::int64_t>(m.memory(d).free_bytes) + st.reserved_bytes.current -
+             st.allocated_bytes.current - static_cast<std::int64_t>(reserve[d.index()]);
+    };
+    std::mt19937_64 rng{seed ^ std::hash<std::string_view>{}(name)};
     std::vector<std::pair<void*, std::size_t>> live;
+    std::size_t to_peers = 0;
     for (int step = 0; step < 1500; ++step) {
       if (live.empty() || rng() % 3 != 0) {
         const device_id reader{static_cast<int>(rng() % static_cast<std::uint64_t>(n))};
         const std::size_t bytes = (1 + rng() % 64) * 64 * MiB;
-        live.emplace_back(judged.allocate(reader, bytes), bytes);
+        std::vector<bool> room(static_cast<std::size_t>(n));
+        for (int d = 0; d < n; ++d) room[static_cast<std::size_t>(d)] = headroom(device_id{d}) >= static_cast<std::int64_t>(bytes);
+        void* p = nullptr;
+        try {
+          p = judged.allocate(reader, bytes);
+        } catch (const mgm::out_of_memory&) {
+          continue;  // host memory full as well: a clear refusal, checked below to have changed nothing
+        }
+        live.emplace_back(p, bytes);
+        const auto at = placed.location_of(p);
+        REQUIRE(at.has_value());
+        INFO("step " << step << ": " << bytes / MiB << " MiB for GPU" << reader.value() << " went to "
+                     << at->to_string());
+        // The reader first, whenever it has room above its reserve.
+        REQUIRE((!at->is_host() && at->device == reader) == room[reader.index()]);
+        if (at->is_host()) {
+          // Host memory only when no NVLink peer had room.
+          for (int q = 0; q < n; ++q) {
+            if (q == reader.value() || !room[static_cast<std::size_t>(q)]) continue;
+            INFO("GPU" << q << " had room over " << links.path(reader, device_id{q}).label());
+            REQUIRE_FALSE(links.path(reader, device_id{q}).is_nvlink());
+          }
+        } else if (at->device != reader) {
+          ++to_peers;
+          const auto& via = links.path(reader, at->device);
+          REQUIRE(room[at->device.index()]);
+          REQUIRE(via.type != mgm::path_type::sys);  // never across sockets
+          // No peer with room was better: NVLink before PCIe, then the fastest.
+          const double gbps = links.bandwidth(at->device, reader).gbps;
+          for (int q = 0; q < n; ++q) {
+            const device_id other{q};
+            if (other == reader || other == at->device || !room[other.index()]) continue;
+            const auto& alt = links.path(reader, other);
+            INFO("GPU" << q << " had room over " << alt.label());
+            if (alt.is_nvlink()) {
+              REQUIRE(via.is_nvlink());
+              if (via.is_nvlink()) REQUIRE(links.bandwidth(other, reader).gbps <= gbps);
+            }
+          }
+        }
       } else {
         const std::size_t k = rng() % live.size();
         judged.deallocate(live[k].first, live[k].second);
@@ -226,9 +279,11 @@ TEST_CASE("placed_allocator property: random traffic on every preset stays withi
       }
       for (int d = 0; d < n; ++d) {
         const auto mem = m.memory(device_id{d});
+        INFO("GPU" << d << " after step " << step);
         REQUIRE(mem.used_bytes <= mem.total_bytes - reserve[static_cast<std::size_t>(d)]);
       }
     }
+    std::cout << "  " << name << ": " << placed.statistics().spills << " spills, " << to_peers << " to peers\n";
     for (const auto& [p, bytes] : live) judged.deallocate(p, bytes);
     REQUIRE(placed.statistics().spilled_bytes == 0);
     placed.release_all();

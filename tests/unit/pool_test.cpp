@@ -46,6 +46,7 @@ template <class Pool, class Options>
 struct pool_fixture {
   using allocator_type = mgm::sim::judged<Pool>;
   static constexpr bool exact_oom = true;
+  static constexpr bool stream_ordered = true;
   std::unique_ptr<mgm::sim::machine> m = std::make_unique<mgm::sim::machine>(mgm::sim::parse_device_list("2x256MiB"));
   std::unique_ptr<Pool> pool = std::make_unique<Pool>(m->allocator(device_id{1}), Options{}());
   allocator_type make() { return allocator_type{*m, *pool}; }

@@ -108,6 +108,9 @@ TEST_CASE("graph capture: no upstream calls and no event queries", "[sim][stream
   }
   REQUIRE_THROWS_AS(a.allocate(4096), mgm::cuda_error);
   REQUIRE_THROWS_AS(ops.query(e), mgm::cuda_error);
+  // Refused before the driver: nothing was allocated or counted as a call.
+  REQUIRE(m.modelled(d).count(mgm::sim::driver_call::malloc) == 0);
+  REQUIRE(m.memory(d).used_bytes == 0);
   ops.record(e, s);  // recording into a capture is allowed
   REQUIRE_THROWS_AS(m.begin_capture(s), mgm::logic_error);
   try {  // the prohibited calls broke the capture, as on CUDA
@@ -118,7 +121,10 @@ TEST_CASE("graph capture: no upstream calls and no event queries", "[sim][stream
   }
   REQUIRE_FALSE(ops.is_capturing(s));
   REQUIRE_NOTHROW(ops.query(e));
+  // Out of the capture the stream allocates again, through the driver this time.
   a.deallocate(a.allocate(4096), 4096);
+  REQUIRE(m.modelled(d).count(mgm::sim::driver_call::malloc) == 1);
+  REQUIRE(m.memory(d).used_bytes == 0);
   ops.destroy_event(e);
 }
 
@@ -215,6 +221,8 @@ TEST_CASE("peer access: capability from the links, already-enabled is success", 
   peers.enable(device_id{0}, device_id{3});
   REQUIRE_NOTHROW(peers.enable(device_id{0}, device_id{3}));
   REQUIRE(peers.is_enabled(device_id{0}, device_id{3}));
+  // Both are driver calls (the second answers "already enabled", which the seam takes as success).
+  REQUIRE(dgx1.modelled(device_id{0}).count(mgm::sim::driver_call::peer_enable) == 2);
   REQUIRE_FALSE(peers.is_enabled(device_id{3}, device_id{0}));  // one direction only
   REQUIRE(peers.connections(device_id{3}) == 1);
   try {
@@ -249,8 +257,15 @@ TEST_CASE("peer access: at most 8 peers per device", "[sim][peers]") {
   REQUIRE_FALSE(peers.is_enabled(device_id{0}, device_id{9}));  // nothing changed
   // The reverse direction of an existing pair costs no new connection.
   REQUIRE_NOTHROW(peers.enable(device_id{1}, device_id{0}));
+  REQUIRE(peers.is_enabled(device_id{1}, device_id{0}));
+  REQUIRE(peers.connections(device_id{0}) == 8);
+  REQUIRE(peers.connections(device_id{1}) == 1);
   // The limit binds on the owner's side too.
   REQUIRE_THROWS_AS(peers.enable(device_id{9}, device_id{0}), mgm::cuda_error);
+  REQUIRE(peers.connections(device_id{9}) == 0);
   peers.disable(device_id{0}, device_id{8});
-  REQUIRE_NOTHROW(peers.enable(device_id{0}, device_id{9}));
+  REQUIRE(peers.connections(device_id{0}) == 7);
+  REQUIRE_NOTHROW(peers.enable(device_id{0}, device_id{9}));  // a freed connection is usable again
+  REQUIRE(peers.is_enabled(device_id{0}, device_id{9}));
+  REQUIRE(peers.connections(device_id{0}) == 8);
 }

@@ -60,26 +60,51 @@ TEST_CASE("threads allocating, freeing and timing on shared devices", "[sim][str
 
 TEST_CASE("threads enabling peers and mapping virtual memory", "[sim][stress]") {
   auto m = mgm::sim::machine::preset("dgx-a100");
+  constexpr int threads = 4;
+  constexpr int rounds = 50;
+  constexpr std::size_t bytes = 4u << 20;
+  std::atomic<int> failures{0};
   std::vector<std::thread> pool;
-  for (int t = 0; t < 4; ++t) {
+  for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       auto vmm = m.vmm();
       auto peers = m.peers();
       const device_id d{t};
-      for (int i = 0; i < 50; ++i) {
-        peers.enable(d, device_id{(t + 1 + i % 7) % 8});
-        void* va = vmm.reserve(d, 4u << 20);
-        const auto h = vmm.create(d, 4u << 20);
-        vmm.map(va, 4u << 20, h);
+      for (int i = 0; i < rounds; ++i) {
+        const device_id peer{(t + 1 + i % 7) % 8};
+        peers.enable(d, peer);
+        if (!peers.is_enabled(d, peer)) ++failures;  // another thread's enable never hides ours
+        void* va = vmm.reserve(d, bytes);
+        const auto h = vmm.create(d, bytes);
+        vmm.map(va, bytes, h);
         const std::vector<device_id> readers{d};
-        vmm.set_access(va, 4u << 20, readers);
-        static_cast<char*>(va)[0] = 1;
-        vmm.unmap(va, 4u << 20);
+        vmm.set_access(va, bytes, readers);
+        auto* c = static_cast<unsigned char*>(va);
+        c[0] = static_cast<unsigned char>(t);
+        c[bytes - 1] = static_cast<unsigned char>(i);
+        if (c[0] != static_cast<unsigned char>(t) || c[bytes - 1] != static_cast<unsigned char>(i)) ++failures;
+        vmm.unmap(va, bytes);
         vmm.release(h);
-        vmm.unreserve(va, 4u << 20);
+        vmm.unreserve(va, bytes);
       }
     });
   }
   for (auto& th : pool) th.join();
-  for (int d = 0; d < 4; ++d) REQUIRE(m.memory(device_id{d}).used_bytes == 0);
+  REQUIRE(failures == 0);
+  for (int t = 0; t < threads; ++t) {
+    const device_id d{t};
+    INFO("GPU" << t);
+    REQUIRE(m.memory(d).used_bytes == 0);
+    // Every call of every thread was counted once, on its own device: none lost to a race.
+    const auto& calls = m.modelled(d);
+    for (const auto k : {mgm::sim::driver_call::reserve, mgm::sim::driver_call::create, mgm::sim::driver_call::map,
+                         mgm::sim::driver_call::set_access, mgm::sim::driver_call::unmap,
+                         mgm::sim::driver_call::release, mgm::sim::driver_call::unreserve}) {
+      INFO(mgm::sim::name(k));
+      REQUIRE(calls.count(k) == rounds);
+    }
+    // Each thread enabled the seven peers it cycles through (the first time only; again is success).
+    for (int i = 0; i < 7; ++i) REQUIRE(m.peers().is_enabled(d, device_id{(t + 1 + i) % 8}));
+  }
+  REQUIRE(m.hazards().empty());
 }

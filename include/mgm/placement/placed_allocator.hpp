@@ -226,11 +226,8 @@ class placed_allocator {
           if constexpr (requires(Upstream& u) { u.grant_access(reader); }) pool.upstream().grant_access(reader);  // cudaMemPool_t
         }
       }
-      try {
-        p = pools_.pool(owner).allocate(bytes);
-      } catch (const std::bad_alloc&) {
-        return nullptr;
-      }
+      p = allocate_within_reserve(owner, bytes);
+      if (p == nullptr) return nullptr;
     }
     live_.emplace(p, placed{c.where, reader, bytes});
     if (!c.where.is_host() && c.where.device == reader) {
@@ -242,6 +239,36 @@ class placed_allocator {
       spills_.push_back({bytes, reader, c.where, c.path, staged});
     }
     return p;
+  }
+
+  // The pool's memory on `owner`, keeping the device's reserve free. The headroom that ranked the
+  // candidate counts the pool's cached blocks, yet a request that no cached block fits takes a new
+  // segment from the device's free memory, which may reach into the reserve. Such an allocation is
+  // undone: the pool gives its idle segments back (the new one among them) and tries once more,
+  // now with less cache to miss; if that still reaches into the reserve, the device is refused
+  // and the next candidate is tried.
+  void* allocate_within_reserve(device_id owner, std::size_t bytes) {
+    auto& pool = pools_.pool(owner);
+    const auto into_reserve = [&] {
+      if constexpr (requires(const Upstream& u) { u.free_bytes(); }) {
+        const std::size_t reserve = reserve_.empty() ? 0 : reserve_[owner.index()];
+        return pool.upstream().free_bytes() < reserve;
+      } else {
+        return false;  // an upstream that cannot say its free memory: the ranking's figures decide
+      }
+    };
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      void* p = nullptr;
+      try {
+        p = pool.allocate(bytes);
+      } catch (const std::bad_alloc&) {
+        return nullptr;
+      }
+      if (!into_reserve()) return p;
+      pool.deallocate(p, bytes);
+      (void)pool.release();
+    }
+    return nullptr;
   }
 
   void release(const placed& e, void* p, std::size_t bytes) noexcept {
