@@ -1,0 +1,122 @@
+// The caching pool's expandable segments over the simulated machine's virtual memory: mapped
+// memory within the device, release, stream-ordered unmapping, peer access and growth.
+#include <mgm/pool/caching_pool.hpp>
+#include <mgm/sim/judged.hpp>
+#include <mgm/sim/machine.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+using mgm::device_id;
+using namespace std::chrono_literals;
+
+namespace {
+constexpr std::size_t MiB = std::size_t{1} << 20;
+using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
+}  // namespace
+
+// ---- expandable segments (requests of large_direct_bytes and more, by default) ----------------
+
+TEST_CASE("expandable: mapped memory never exceeds the device", "[pool][expandable]") {
+  mgm::sim::machine m{mgm::sim::parse_device_list("64MiB")};
+  sim_pool raw_pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
+  REQUIRE(pool->expandable());
+  auto vmm = m.vmm();
+  std::vector<void*> blocks;
+  try {
+    while (true) {
+      blocks.push_back(pool.allocate(12 * MiB));
+      REQUIRE(vmm.mapped_bytes(device_id{0}) <= 64 * MiB);
+      REQUIRE(m.memory(device_id{0}).used_bytes <= 64 * MiB);
+    }
+  } catch (const mgm::out_of_memory& e) {
+    REQUIRE(std::string{e.what()}.find("out of memory allocating 12.00 MiB") != std::string::npos);
+  }
+  REQUIRE(blocks.size() == 5);  // 5 x 12 MiB in 60 MiB of granules; a sixth would need 72
+  REQUIRE(pool->reserved_bytes() == 60 * MiB);
+  for (void* p : blocks) pool.deallocate(p, 12 * MiB);
+}
+
+TEST_CASE("expandable: release unmaps every idle granule, and live blocks never move", "[pool][expandable]") {
+  mgm::sim::machine m{mgm::sim::parse_device_list("1GiB")};
+  sim_pool raw_pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
+  auto vmm = m.vmm();
+  std::vector<void*> blocks;
+  for (int i = 0; i < 6; ++i) {
+    blocks.push_back(pool.allocate(11 * MiB));
+    std::memset(blocks.back(), i + 1, 11 * MiB);
+  }
+  // Contiguous in one range: each block starts where the previous ended.
+  for (int i = 1; i < 6; ++i) REQUIRE(static_cast<char*>(blocks[i]) == static_cast<char*>(blocks[i - 1]) + 11 * MiB);
+  REQUIRE(vmm.mapped_bytes(device_id{0}) == 66 * MiB);
+  for (int i = 1; i < 6; i += 2) pool.deallocate(blocks[static_cast<std::size_t>(i)], 11 * MiB);
+  pool->release();
+  // What stays mapped: the live blocks and the granules they share with a freed neighbour.
+  const std::size_t mapped = vmm.mapped_bytes(device_id{0});
+  REQUIRE(mapped < 66 * MiB);
+  REQUIRE(mapped <= 3 * 14 * MiB);
+  for (int i = 0; i < 6; i += 2) {  // live blocks kept their place and their contents
+    const auto* p = static_cast<const unsigned char*>(blocks[static_cast<std::size_t>(i)]);
+    REQUIRE(p[0] == i + 1);
+    REQUIRE(p[11 * MiB - 1] == i + 1);
+  }
+  const auto snap = pool->snapshot();
+  REQUIRE(snap.bytes_in(mgm::block_snapshot::state_type::unmapped) > 0);
+  void* again = pool.allocate(11 * MiB);  // maps granules again where needed
+  std::memset(again, 9, 11 * MiB);
+  pool.deallocate(again, 11 * MiB);
+  for (int i = 0; i < 6; i += 2) pool.deallocate(blocks[static_cast<std::size_t>(i)], 11 * MiB);
+  pool->release();
+  REQUIRE(vmm.mapped_bytes(device_id{0}) == 0);  // every idle granule unmapped
+  REQUIRE(m.memory(device_id{0}).used_bytes == 0);
+  REQUIRE(pool->reserved_bytes() == 0);
+}
+
+TEST_CASE("expandable: unmapping waits for the stream that freed the block", "[pool][expandable]") {
+  mgm::sim::machine m{mgm::sim::parse_device_list("1GiB")};
+  sim_pool raw_pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
+  const auto s = m.create_stream(device_id{0});
+  void* p = pool.allocate_async(16 * MiB, 256, s);
+  m.enqueue(s, std::chrono::microseconds{500});  // a kernel still uses p
+  pool.deallocate_async(p, 16 * MiB, 256, s);
+  pool->release();
+  REQUIRE(m.now(device_id{0}) == std::chrono::microseconds{500});  // the host waited before unmapping
+  REQUIRE(m.vmm().mapped_bytes(device_id{0}) == 0);
+}
+
+TEST_CASE("expandable: peers get access to every granule, now and later", "[pool][expandable]") {
+  auto m = mgm::sim::machine::preset("dgx1-v100");
+  sim_pool raw_pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
+  auto vmm = m.vmm();
+  void* before = pool.allocate(12 * MiB);
+  REQUIRE(vmm.access(before) == std::vector<device_id>{device_id{0}});
+  pool->grant_access(device_id{3});  // an NV2 peer
+  REQUIRE(vmm.access(before) == std::vector<device_id>{device_id{0}, device_id{3}});
+  void* after = pool.allocate(30 * MiB);
+  REQUIRE(vmm.access(static_cast<char*>(after) + 29 * MiB) == std::vector<device_id>{device_id{0}, device_id{3}});
+  REQUIRE_THROWS_AS(pool->grant_access(device_id{5}), mgm::cuda_error);  // SYS: no peer access
+  REQUIRE(vmm.access(after) == std::vector<device_id>{device_id{0}, device_id{3}});  // unchanged
+  pool.deallocate(before, 12 * MiB);
+  pool.deallocate(after, 30 * MiB);
+}
+
+TEST_CASE("expandable: growth maps only what the request needs (max_split keeps a big block aside)", "[pool][expandable]") {
+  mgm::sim::machine m{mgm::sim::parse_device_list("2x256MiB")};
+  mgm::pool_options o;
+  o.max_split_bytes = 32 * MiB;
+  sim_pool raw_pool{m.allocator(device_id{0}), o};
+  mgm::sim::judged pool{m, raw_pool};
+  void* big = pool.allocate(100 * MiB);
+  pool.deallocate(big, 100 * MiB);
+  void* p = pool.allocate(20 * MiB);  // may not split the cached 100 MiB block: 20 MiB of new granules
+  REQUIRE(pool->statistics().oom_retries == 0);  // no oversized map, so no out-of-memory retry
+  REQUIRE(pool->reserved_bytes() == 120 * MiB);  // the 100 MiB stay cached, 20 MiB more are mapped
+  pool.deallocate(p, 20 * MiB);
+}
