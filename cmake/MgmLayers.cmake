@@ -64,7 +64,7 @@ mgm_layer(adaptors SOURCES src/adaptors/adaptors.cpp DEPS core pool)
 mgm_layer(discovery SOURCES src/topology/discovery.cpp DEPS core topology)
 mgm_layer(
   telemetry
-  SOURCES src/telemetry/gpuz.cpp src/telemetry/leak_analysis.cpp src/telemetry/leak_explain.cpp
+  SOURCES src/telemetry/gpuz.cpp src/telemetry/leak_analysis.cpp
           src/telemetry/leak_shapes.cpp src/telemetry/leak_statistics.cpp src/telemetry/nvml.cpp src/telemetry/nvml_source.cpp
           src/telemetry/publisher.cpp src/telemetry/sampler.cpp src/telemetry/sinks.cpp src/telemetry/smi_csv.cpp
           src/telemetry/log_text.cpp src/telemetry/log_time.cpp src/telemetry/log_detect.cpp
