@@ -57,6 +57,12 @@ endif()
 
 mgm_layer(allocators DEPS core)
 mgm_layer(topology SOURCES src/topology/topology.cpp src/topology/smi_parser.cpp src/topology/nccl_xml.cpp DEPS core)
+# NCCL topology XML, with pugixml linked statically, as for telemetry below.
+if(TARGET pugixml::static)
+  target_link_libraries(mgm_topology PRIVATE pugixml::static)
+else()
+  target_link_libraries(mgm_topology PRIVATE pugixml::pugixml)
+endif()
 mgm_layer(sim SOURCES src/sim/device_list.cpp src/sim/machine.cpp src/sim/presets.cpp src/sim/graphs.cpp
                       src/sim/oracle.cpp src/sim/seams.cpp DEPS core topology)
 mgm_layer(pool SOURCES src/pool/pool_options.cpp src/pool/pool_report.cpp DEPS core)
@@ -64,7 +70,7 @@ mgm_layer(adaptors SOURCES src/adaptors/adaptors.cpp DEPS core pool)
 mgm_layer(discovery SOURCES src/topology/discovery.cpp DEPS core topology)
 mgm_layer(
   telemetry
-  SOURCES src/telemetry/gpuz.cpp src/telemetry/leak_analysis.cpp src/telemetry/leak_explain.cpp
+  SOURCES src/telemetry/gpuz.cpp src/telemetry/leak_analysis.cpp
           src/telemetry/leak_shapes.cpp src/telemetry/leak_statistics.cpp src/telemetry/nvml.cpp src/telemetry/nvml_source.cpp
           src/telemetry/publisher.cpp src/telemetry/sampler.cpp src/telemetry/sinks.cpp src/telemetry/smi_csv.cpp
           src/telemetry/log_text.cpp src/telemetry/log_time.cpp src/telemetry/log_detect.cpp

@@ -1,8 +1,9 @@
 #include <mgm/bytes.hpp>
 #include <mgm/error.hpp>
 
+#include <fmt/format.h>
+
 #include <array>
-#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -90,10 +91,8 @@ std::string format_bytes(std::size_t bytes) {
   if (bytes < 1024) return std::to_string(bytes) + " B";
   std::size_t u = 1;
   while (u + 1 < units.size() && bytes >= (std::size_t{1} << units[u + 1].shift)) ++u;
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.2f %s", static_cast<double>(bytes) / static_cast<double>(std::size_t{1} << units[u].shift),
-                std::string{units[u].name}.c_str());
-  return buf;
+  return fmt::format("{:.2f} {}", static_cast<double>(bytes) / static_cast<double>(std::size_t{1} << units[u].shift),
+                     units[u].name);
 }
 
 }  // namespace mgm

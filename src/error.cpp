@@ -1,6 +1,8 @@
 #include <mgm/bytes.hpp>
 #include <mgm/error.hpp>
 
+#include <fmt/format.h>
+
 #include <string>
 
 namespace mgm {
@@ -57,6 +59,8 @@ void throw_bad_alignment(std::size_t alignment, std::size_t max_alignment, const
                          ? " is not a power of two"
                          : " exceeds the largest supported, " + std::to_string(max_alignment))};
 }
+
+std::string describe_address(const void* p) { return p == nullptr ? std::string{"(nil)"} : fmt::format("{}", fmt::ptr(p)); }
 
 std::string describe_bytes(std::size_t bytes) {
   return bytes < 1024 ? std::to_string(bytes) + " bytes" : format_bytes(bytes) + " (" + std::to_string(bytes) + " bytes)";

@@ -99,6 +99,9 @@ namespace detail {
                                          const char* file, int line);
 /// "1.50 GiB (1610612736 bytes)": the form every message of the library uses for sizes.
 [[nodiscard]] std::string describe_bytes(std::size_t bytes);
+/// "0x7f3a5c000000" ("(nil)" for null, as printf's "%p" writes them): the form messages use for
+/// addresses. (Defined in src/error.cpp: the formatting library is not a public dependency.)
+[[nodiscard]] std::string describe_address(const void* p);
 }  // namespace detail
 
 }  // namespace mgm

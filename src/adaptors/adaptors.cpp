@@ -3,13 +3,15 @@
 #include <mgm/adaptors/tracking_adaptor.hpp>
 #include <mgm/bytes.hpp>
 
+#include <fmt/format.h>
+
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <ctime>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -40,10 +42,8 @@ std::vector<tag_usage> usage_by_tag(const std::vector<allocation_record>& live) 
 std::string usage_report(const std::vector<tag_usage>& usage) {
   std::string out;
   for (const auto& u : usage) {
-    char line[256];
-    std::snprintf(line, sizeof line, "%-32s %12s in %zu allocations\n", tag_name(u.tag).c_str(),
-                  format_bytes(u.bytes).c_str(), u.allocations);
-    out += line;
+    fmt::format_to(std::back_inserter(out), "{:<32} {:>12} in {} allocations\n", tag_name(u.tag), format_bytes(u.bytes),
+                   u.allocations);
   }
   return out;
 }
@@ -87,12 +87,9 @@ std::string rmm_log_row(const char* action, const void* p, std::size_t bytes, st
       std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1'000'000;
   std::tm local{};
   localtime_r(&t, &local);
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%ld,%02d:%02d:%02d.%06lld,%s,0x%llx,%zu,0x%llx", static_cast<long>(::syscall(SYS_gettid)),
-                local.tm_hour, local.tm_min, local.tm_sec, static_cast<long long>(micros), action,
-                static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(p)), bytes,
-                static_cast<unsigned long long>(stream));
-  return buf;
+  return fmt::format("{},{:02}:{:02}:{:02}.{:06},{},0x{:x},{},0x{:x}", static_cast<long>(::syscall(SYS_gettid)), local.tm_hour,
+                     local.tm_min, local.tm_sec, static_cast<long long>(micros), action,
+                     reinterpret_cast<std::uintptr_t>(p), bytes, stream);
 }
 
 }  // namespace detail

@@ -5,8 +5,10 @@
 #include <mgm/pool/pool_snapshot.hpp>
 #include <mgm/pool/pool_statistics.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cstdio>
+#include <iterator>
 #include <string>
 
 namespace mgm {
@@ -18,9 +20,7 @@ void add(stat& a, const stat& b) {
   a.total += b.total;
 }
 std::string hex(std::uintptr_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "\"0x%llx\"", static_cast<unsigned long long>(v));
-  return buf;
+  return fmt::format("\"0x{:x}\"", v);
 }
 std::string json_string(const std::string& s) {
   std::string out = "\"";
@@ -29,9 +29,7 @@ std::string json_string(const std::string& s) {
       out += '\\';
       out += c;
     } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
+      fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
     } else {
       out += c;
     }
@@ -86,9 +84,7 @@ std::string pool_statistics::to_string() const {
   out += "cache hits / misses: " + std::to_string(cache_hits) + " / " + std::to_string(cache_misses) +
          ", stream steals: " + std::to_string(stream_steals) + "\n";
   out += "out-of-memory retries / failures: " + std::to_string(oom_retries) + " / " + std::to_string(ooms) + "\n";
-  char frag[64];
-  std::snprintf(frag, sizeof frag, "fragmentation: %.4f\n", fragmentation());
-  return out + frag;
+  return out + fmt::format("fragmentation: {:.4f}\n", fragmentation());
 }
 
 std::size_t pool_snapshot::bytes_in(block_snapshot::state_type s) const noexcept {
@@ -129,16 +125,12 @@ std::string pool_snapshot::to_chrome_trace() const {
   for (std::size_t i = 0; i < segments.size(); ++i) {
     const auto& seg = segments[i];
     const std::string tid = std::to_string(i);
-    char name[96];
-    std::snprintf(name, sizeof name, "segment 0x%llx (%s)", static_cast<unsigned long long>(seg.address),
-                  format_bytes(seg.size).c_str());
+    const std::string name = fmt::format("segment 0x{:x} ({})", seg.address, format_bytes(seg.size));
     emit("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(device) + ",\"tid\":" + tid +
          ",\"args\":{\"name\":" + json_string(name) + "}}");
     for (const auto& b : seg.blocks) {
-      char ts[64];
-      char dur[64];
-      std::snprintf(ts, sizeof ts, "%.3f", static_cast<double>(b.address - seg.address) / 1024.0);
-      std::snprintf(dur, sizeof dur, "%.3f", static_cast<double>(b.size) / 1024.0);
+      const std::string ts = fmt::format("{:.3f}", static_cast<double>(b.address - seg.address) / 1024.0);
+      const std::string dur = fmt::format("{:.3f}", static_cast<double>(b.size) / 1024.0);
       const std::string label = std::string{state_name(b.state)} + (b.tag.empty() ? "" : " " + b.tag);
       emit("{\"ph\":\"X\",\"pid\":" + std::to_string(device) + ",\"tid\":" + tid + ",\"ts\":" + ts +
            ",\"dur\":" + dur + ",\"name\":" + json_string(label) + ",\"cat\":\"" + state_name(b.state) +

@@ -249,9 +249,7 @@ void machine_state::deallocate(device_id d, void* p, std::size_t bytes, const st
         }
         return "it is not simulated device memory";
       }();
-      char addr[32];
-      std::snprintf(addr, sizeof addr, "%p", p);
-      report += describe(d) + ": deallocate(" + addr + ", " + std::to_string(bytes) +
+      report += describe(d) + ": deallocate(" + mgm::detail::describe_address(p) + ", " + std::to_string(bytes) +
                 ") of a pointer the device does not hold: " + owner + "; nothing was freed";
     } else {
       const std::size_t charged = it->second;

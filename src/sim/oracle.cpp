@@ -12,9 +12,9 @@
 #include <mgm/log.hpp>
 #include <mgm/sim/oracle.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -37,9 +37,7 @@ namespace detail {
 constexpr std::int64_t forever = std::numeric_limits<std::int64_t>::max();
 
 std::string hex(std::uintptr_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%" PRIxPTR, v);
-  return buf;
+  return fmt::format("0x{:x}", v);
 }
 
 void merge(vector_clock& into, const vector_clock& from) {

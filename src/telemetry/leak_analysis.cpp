@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <string>
@@ -42,7 +41,7 @@ run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size
   r.load_start_seconds = p[w].seconds;
   const auto window = p.subspan(w, e - w);
   r.points = window.size();
-  if (window.size() < 3 || !(window.back().seconds > window.front().seconds)) {
+  if (window.size() < min_window_readings || !(window.back().seconds > window.front().seconds)) {
     r.verdict = leak_verdict::no_data;
     return r;
   }
@@ -72,7 +71,7 @@ run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size
   // climb do not make one).
   std::vector<std::size_t> releases = forced_releases != nullptr ? *forced_releases : find_releases(p, w, e, r.noise_mib, o);
   std::erase_if(releases, [&](std::size_t i) { return i < w || i >= e; });
-  if (releases.size() >= 2 &&
+  if (releases.size() >= sawtooth_min_releases &&
       p[releases.back()].seconds - p[releases.front()].seconds >= sawtooth_min_span * (p[e - 1].seconds - p[w].seconds)) {
     judge_floor(p, e, releases, o, r);
     return r;
@@ -92,7 +91,7 @@ run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size
     r.plateau_rate_mib_per_min = plateau->slope.mib_per_min;
     r.rate_mib_per_min = plateau->rate_before_per_s * 60.0;
     const double plateau_share = (r.end_seconds - p[plateau->at].seconds) / (span_min * 60.0);
-    r.confidence = std::clamp(0.5 + plateau_share, 0.0, 1.0) * fewer;
+    r.confidence = std::clamp(confidence_plateau_found + plateau_share, 0.0, 1.0) * fewer;
     return r;
   }
   const double net_rate = t_growth > 0.0 ? growth / t_growth * 60.0 : 0.0;
@@ -113,7 +112,38 @@ run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size
   return r;
 }
 
+/// The shape that decided `rep` (its verdict and deciding run set).
+leak_reason reason_of(const leak_report& rep) {
+  if (rep.verdict == leak_verdict::no_data) return rep.points == 0 ? leak_reason::no_readings : leak_reason::too_few_readings;
+  const run_report& r = rep.runs[rep.deciding_run];
+  if (r.releases >= sawtooth_min_releases && rep.verdict == leak_verdict::leak) return leak_reason::floor_kept_rising;
+  if (r.releases >= sawtooth_min_releases && rep.verdict == leak_verdict::no_growth) return leak_reason::sawtooth_same_floor;
+  switch (rep.verdict) {
+    case leak_verdict::leak: return leak_reason::kept_growing;
+    case leak_verdict::growth_then_plateau: return leak_reason::levelled_off;
+    case leak_verdict::restarted: return leak_reason::restarts_only;
+    case leak_verdict::no_growth: return r.grew ? leak_reason::grew_below_thresholds : leak_reason::flat;
+    case leak_verdict::no_data: break;
+  }
+  return leak_reason::too_few_readings;
+}
+
 }  // namespace
+
+const char* to_string(leak_reason r) noexcept {
+  switch (r) {
+    case leak_reason::no_readings: return "no_readings";
+    case leak_reason::too_few_readings: return "too_few_readings";
+    case leak_reason::kept_growing: return "kept_growing";
+    case leak_reason::floor_kept_rising: return "floor_kept_rising";
+    case leak_reason::levelled_off: return "levelled_off";
+    case leak_reason::restarts_only: return "restarts_only";
+    case leak_reason::flat: return "flat";
+    case leak_reason::grew_below_thresholds: return "grew_below_thresholds";
+    case leak_reason::sawtooth_same_floor: return "sawtooth_same_floor";
+  }
+  return "unknown";
+}
 
 const char* to_string(leak_verdict v) noexcept {
   switch (v) {
@@ -135,13 +165,15 @@ leak_report analyse_series(std::span<const series_point> points, const leak_opti
   std::stable_sort(p.begin(), p.end(), [](const series_point& a, const series_point& b) { return a.seconds < b.seconds; });
 
   leak_report rep;
+  rep.min_rate_mib_per_min = options.min_rate_mib_per_min;
+  rep.min_leak_growth_mib = options.min_leak_growth_mib;
   rep.points = p.size();
   if (!p.empty()) {
     rep.first_seconds = p.front().seconds;
     rep.last_seconds = p.back().seconds;
   }
-  if (p.size() < 3 || !(rep.last_seconds > rep.first_seconds)) {
-    rep.explanation = explain(rep, options);
+  if (p.size() < min_window_readings || !(rep.last_seconds > rep.first_seconds)) {
+    rep.reason = reason_of(rep);
     return rep;
   }
   const std::span<const series_point> all{p};
@@ -159,11 +191,11 @@ leak_report analyse_series(std::span<const series_point> points, const leak_opti
   // the log starts inside a job, its lowest level is the job's own floor, not idle. Those falls are
   // a sawtooth's releases (a cache that empties), judged by its floor as one run. A restart warms
   // up (the model loads, the caches fill) before it climbs.
-  if (drops.restarts.size() >= 2 && rep.runs.size() == drops.restarts.size() + 1) {
+  if (drops.restarts.size() >= sawtooth_min_releases && rep.runs.size() == drops.restarts.size() + 1) {
     // Most of them, as noise on a short tooth can look like a warm-up.
     std::size_t warmed = 0;
     for (std::size_t k = 1; k < rep.runs.size(); ++k) warmed += rep.runs[k].load_start_seconds > rep.runs[k].start_seconds ? 1 : 0;
-    if (2 * warmed < rep.runs.size() - 1) {
+    if (static_cast<double>(warmed) < restarts_warmed_share * static_cast<double>(rep.runs.size() - 1)) {
       const std::size_t end = drops.job_end ? *drops.job_end : p.size();
       rep.runs = {analyse_run(all, 0, end, true, options, &drops.restarts)};
       rep.restart_seconds.clear();
@@ -202,7 +234,7 @@ leak_report analyse_series(std::span<const series_point> points, const leak_opti
   } else {
     rep.verdict = leak_verdict::no_data;
     rep.runs.clear();
-    rep.explanation = explain(rep, options);
+    rep.reason = reason_of(rep);
     return rep;
   }
   const run_report& r = rep.runs[rep.deciding_run];
@@ -213,12 +245,12 @@ leak_report analyse_series(std::span<const series_point> points, const leak_opti
     for (const auto& run : rep.runs) {
       if (run.verdict != leak_verdict::no_data) least = std::min(least, run.confidence);
     }
-    rep.confidence = std::clamp(0.5 + 0.5 * least, 0.0, 1.0) * size_factor(p.size());
+    rep.confidence = std::clamp(confidence_restarts + (1.0 - confidence_restarts) * least, 0.0, 1.0) * size_factor(p.size());
   } else {
     rep.confidence = r.confidence;
   }
-  rep.confidence = std::clamp(rep.confidence, 0.01, 1.0);
-  rep.explanation = explain(rep, options);
+  rep.confidence = std::clamp(rep.confidence, least_confidence, 1.0);
+  rep.reason = reason_of(rep);
   return rep;
 }
 
@@ -247,16 +279,11 @@ std::vector<gpu_leak_report> analyse_log(const gpu_log& log, const leak_options&
     }
     ++out[it->second].samples;
     if (s.memory_used) {
+      ++out[it->second].memory_readings;
       gpu_points[it->second].push_back({seconds(s.time), static_cast<double>(*s.memory_used) / mib});
     }
   }
-  for (std::size_t g = 0; g < out.size(); ++g) {
-    out[g].report = analyse_series(gpu_points[g], options);
-    if (gpu_points[g].empty()) {
-      out[g].report.explanation = "No memory.used readings in the " + std::to_string(out[g].samples) +
-                                  " samples of this GPU, so nothing can be said about leaks.";
-    }
-  }
+  for (std::size_t g = 0; g < out.size(); ++g) out[g].report = analyse_series(gpu_points[g], options);
   const std::size_t gpus = out.size();
 
   // Processes: GPU UUID and pid, in order of first appearance.
@@ -297,11 +324,8 @@ std::vector<gpu_leak_report> analyse_log(const gpu_log& log, const leak_options&
     g.process_name = pr.name;
     g.origin = origin;
     g.samples = pr.rows;
+    g.memory_readings = pr.points.size();
     g.report = analyse_series(pr.points, options);
-    if (pr.points.empty()) {
-      g.report.explanation = "No used_gpu_memory readings in the " + std::to_string(pr.rows) +
-                             " rows of this process, so nothing can be said about leaks.";
-    }
     out.push_back(std::move(g));
   }
   return out;

@@ -1,7 +1,7 @@
 // The parts of the leak analysis (include/mgm/telemetry/leak_analysis.hpp), shared by its files:
-// robust statistics (leak_statistics.cpp), the shapes a series takes (leak_shapes.cpp: restarts,
-// warm-ups, plateaus, releases and floors), the sentences (leak_explain.cpp); leak_analysis.cpp
-// judges runs and series with them. Internal: not installed.
+// robust statistics (leak_statistics.cpp) and the shapes a series takes (leak_shapes.cpp: restarts,
+// warm-ups, plateaus, releases and floors); leak_analysis.cpp judges runs and series with them.
+// (The sentences for people are the tool's: tools/mgm/leak_explain.cpp.) Internal: not installed.
 #pragma once
 
 #include <mgm/telemetry/leak_analysis.hpp>
@@ -42,6 +42,25 @@ inline constexpr double confidence_flat_floor = 0.95;      // a sawtooth whose f
 inline constexpr double confidence_staircase = 0.6;        // a leak resting on a few steps, not a steady climb
 inline constexpr double confidence_least_flat = 0.05;      // a flat verdict is never less sure than this
 
+inline constexpr double confidence_plateau_found = 0.5;    // a plateau found: even odds, plus the share of the window it covers
+inline constexpr double confidence_restarts = 0.5;  // falls of most of the memory are unmistakable: half of a restarted
+                                                    // verdict's confidence; the other half is that of its least sure run
+inline constexpr double least_confidence = 0.01;    // a verdict on readings is never given as sure to be wrong (0: no_data)
+inline constexpr double sd_of_median = 1.2533;      // sqrt(pi/2): the median of m normal points is this much noisier than their mean
+inline constexpr std::size_t min_window_readings = 3;  // fewer give no noise (two differences), no spread of a slope, no two levels
+inline constexpr std::size_t level_min_points = 3;     // a level of a noisy window is the median of at least 3 readings (if it has 6)
+inline constexpr std::size_t min_warmup_readings = 4;  // a warm-up is looked for in runs of 4 readings or more (a trend on each half)
+inline constexpr std::size_t ramp_lookahead = 3;       // a ramp's rise is averaged over the next 3 readings: one noisy step does not end it
+inline constexpr std::size_t plateau_edge_readings = 3;  // a plateau starts 3 readings or more from each end of the load window,
+                                                         // so that a level of up to 3 readings lies on either side of it
+inline constexpr double release_min_growth_factor = 2.0;  // a release falls at least two growth steps (2 min_growth_mib): no jitter does
+inline constexpr std::size_t sawtooth_min_releases = 2;  // one release is a cache flush; a sawtooth repeats
+inline constexpr std::size_t floor_fit_min = 3;      // Theil-Sen over 3 floors or more (robust to one tooth released less deeply);
+                                                     // over two, their net change
+inline constexpr double floor_halves = 0.5;          // k floors measure growth as two levels of k/2 floors each would
+inline constexpr double restarts_warmed_share = 0.5;  // falls whose climbs mostly (this share) do not warm up: a sawtooth's releases
+inline constexpr std::size_t pair_draws = 2;         // Theil-Sen's sample draws at most 2 pairs per pair kept (i == j draws are skipped)
+
 /// The share of a load window its releases must span for it to be judged as a sawtooth.
 inline constexpr double sawtooth_min_span = 0.5;
 
@@ -79,8 +98,5 @@ std::vector<std::size_t> find_releases(std::span<const series_point> p, std::siz
 series_point lowest(std::span<const series_point> p, std::size_t first, std::size_t last);
 void judge_floor(std::span<const series_point> p, std::size_t e, const std::vector<std::size_t>& releases,
                  const leak_options& o, run_report& r);
-
-/// @brief The sentence for people that explains `rep` (the thresholds from `o`).
-std::string explain(const leak_report& rep, const leak_options& o);
 
 }  // namespace mgm::telemetry::leak_detail

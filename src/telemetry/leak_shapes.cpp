@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <string>
@@ -16,7 +15,7 @@ namespace mgm::telemetry::leak_detail {
 /// Drops to near the idle level, and whether memory came back after each.
 drop_scan find_drops(std::span<const series_point> p, const leak_options& o) {
   drop_scan out;
-  if (p.size() < 3) return out;
+  if (p.size() < min_window_readings) return out;
   double idle = p[0].mib;
   for (const auto& x : p) idle = std::min(idle, x.mib);
   const double noise = noise_of(p);
@@ -61,7 +60,7 @@ std::size_t index_at(std::span<const series_point> p, std::size_t s, std::size_t
 /// 90 % of the way from the run's first value to the median of the second half.
 std::size_t warmup_end(std::span<const series_point> p, std::size_t s, std::size_t e, const leak_options& o) {
   const std::size_t n = e - s;
-  if (n < 4) return s;
+  if (n < min_warmup_readings) return s;
   const std::size_t half = s + n / 2;
   const slope_estimate c = theil_sen(p.subspan(half, e - half), o.max_pairs);
   const double per_s = c.mib_per_min / 60.0;
@@ -85,7 +84,7 @@ std::size_t warmup_end(std::span<const series_point> p, std::size_t s, std::size
   const double ramp_step = std::max(o.min_growth_mib, ramp_step_share * steepest);
   // Over the next three samples, so that one noisy step does not end the ramp.
   const auto rising = [&](std::size_t k) {
-    const std::size_t ahead = std::min<std::size_t>(3, n - 1 - k);
+    const std::size_t ahead = std::min<std::size_t>(ramp_lookahead, n - 1 - k);
     return r[k + 1] - r[k] > ramp_step || (r[k + ahead] - r[k]) / static_cast<double>(ahead) > ramp_step;
   };
   while (i + 1 < n && rising(i)) ++i;
@@ -103,13 +102,13 @@ std::optional<plateau_found> find_plateau(std::span<const series_point> p, std::
                                           std::optional<level> baseline, double noise, std::size_t m,
                                           const leak_options& o) {
   const std::size_t n = e - w;
-  if (n < 6) return std::nullopt;
+  if (n < 2 * plateau_edge_readings) return std::nullopt;
   const double span_s = p[e - 1].seconds - p[w].seconds;
   // About 60 candidates, each with a Theil–Sen of at most 20 000 pairs: O(1.2 M) per window.
   const std::size_t step = std::max<std::size_t>(1, n / plateau_candidates);
   const std::size_t pairs = std::min<std::size_t>(o.max_pairs, screening_pairs);
   const double z = o.significance_z;
-  for (std::size_t at = w + 3; at + 3 <= e; at += step) {
+  for (std::size_t at = w + plateau_edge_readings; at + plateau_edge_readings <= e; at += step) {
     if (p[e - 1].seconds - p[at].seconds < o.plateau_min_fraction * span_s) break;
     // Growth over a few samples just after the load window's start is the end of the warm-up.
     if (p[at].seconds - p[w].seconds < warmup_tail_share * span_s) continue;
@@ -120,7 +119,7 @@ std::optional<plateau_found> find_plateau(std::span<const series_point> p, std::
     const level suffix = level_of(p, at, e);
     const double t_before = suffix.seconds - a.seconds;
     if (!(t_before > 0.0)) continue;
-    const double sd_grew = 1.2533 * noise * std::sqrt(1.0 / static_cast<double>(mp) + 1.0 / static_cast<double>(after));
+    const double sd_grew = sd_of_median * noise * std::sqrt(1.0 / static_cast<double>(mp) + 1.0 / static_cast<double>(after));
     const double grew = suffix.mib - a.mib;
     if (grew < std::max(o.min_growth_mib, z * sd_grew)) continue;
     const double net = level_of(p, e - mp, e).mib - level_of(p, at, at + mp).mib;
@@ -143,7 +142,7 @@ std::optional<plateau_found> find_plateau(std::span<const series_point> p, std::
     // Without noise the flat part may start before the candidate (when step > 1).
     std::size_t first = at;
     if (noise <= 0.0) {
-      while (first > w + 3 && std::abs(p[first - 1].mib - p[at].mib) <= o.min_growth_mib) --first;
+      while (first > w + plateau_edge_readings && std::abs(p[first - 1].mib - p[at].mib) <= o.min_growth_mib) --first;
     }
     const double growth_s = p[first].seconds - a.seconds;
     return plateau_found{first, growth_s > 0.0 ? (p[first].mib - a.mib) / growth_s : r_before, s};
@@ -157,7 +156,7 @@ std::optional<plateau_found> find_plateau(std::span<const series_point> p, std::
 std::vector<std::size_t> find_releases(std::span<const series_point> p, std::size_t w, std::size_t e, double noise,
                                        const leak_options& o) {
   std::vector<std::size_t> out;
-  const double min_fall = std::max(2.0 * o.min_growth_mib, release_fall_sd * noise);
+  const double min_fall = std::max(release_min_growth_factor * o.min_growth_mib, release_fall_sd * noise);
   double floor = p[w].mib;
   double peak = p[w].mib;
   std::size_t since = w;
@@ -202,12 +201,12 @@ void judge_floor(std::span<const series_point> p, std::size_t e, const std::vect
   const double span_s = floors.back().seconds - floors.front().seconds;
   // Theil-Sen over the floors (robust to one tooth released less deeply), else the net change.
   const slope_estimate fs = theil_sen(floors, o.max_pairs);
-  const double rate = floors.size() >= 3 ? fs.mib_per_min
+  const double rate = floors.size() >= floor_fit_min ? fs.mib_per_min
                       : span_s > 0.0     ? (floors.back().mib - floors.front().mib) / span_s * 60.0
                                          : 0.0;
   const double growth = rate * span_s / 60.0;
   // The lowest of a tooth's noisy readings is itself noisy by about one sd; k floors average it.
-  const double sd = floor_sd_factor * r.noise_mib / std::sqrt(0.5 * static_cast<double>(floors.size()));
+  const double sd = floor_sd_factor * r.noise_mib / std::sqrt(floor_halves * static_cast<double>(floors.size()));
   const bool grew = growth >= std::max(o.min_growth_mib, o.significance_z * sd) && rate > 0.0;
   const double fewer = size_factor(floors.size());
   r.grew = grew;

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <string>
@@ -46,7 +45,7 @@ level level_of(std::span<const series_point> p, std::size_t first, std::size_t l
 
 /// σ of white noise from the first differences: 1.4826 · MAD / √2 (robust to steps and trends).
 double noise_of(std::span<const series_point> p) {
-  if (p.size() < 3) return 0.0;
+  if (p.size() < min_window_readings) return 0.0;
   std::vector<double> d;
   d.reserve(p.size() - 1);
   for (std::size_t i = 1; i < p.size(); ++i) d.push_back(p[i].mib - p[i - 1].mib);
@@ -58,7 +57,7 @@ double noise_of(std::span<const series_point> p) {
 /// Readings' points per level: one without noise (a staircase's last step counts), else a tenth.
 std::size_t level_points(std::size_t n, double noise) {
   if (noise <= 0.0) return 1;
-  return std::clamp<std::size_t>(n / level_share, std::min<std::size_t>(3, std::max<std::size_t>(1, n / 2)), level_max_points);
+  return std::clamp<std::size_t>(n / level_share, std::min<std::size_t>(level_min_points, std::max<std::size_t>(1, n / 2)), level_max_points);
 }
 
 /// Probability-like score of a z statistic: erf(z / √2), 1 for an infinite z.
@@ -110,7 +109,7 @@ slope_estimate theil_sen(std::span<const series_point> points, std::size_t max_p
     out.subsampled = true;
     slopes.reserve(max_pairs);
     splitmix64 rng{0x6D676D2D6C65616BULL ^ static_cast<std::uint64_t>(n)};
-    for (std::size_t k = 0; k < 2 * max_pairs && slopes.size() < max_pairs; ++k) {
+    for (std::size_t k = 0; k < pair_draws * max_pairs && slopes.size() < max_pairs; ++k) {
       const auto i = static_cast<std::size_t>(rng.next() % n);
       const auto j = static_cast<std::size_t>(rng.next() % n);
       if (i != j) add(std::min(i, j), std::max(i, j));

@@ -7,13 +7,14 @@
 #include <mgm/platform/cuda_peer_ops.hpp>
 #include <mgm/topology/discovery.hpp>
 
+#include <fmt/format.h>
+
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -93,18 +94,13 @@ topology discover_topology() {
     g.name = p.name;
     g.memory_bytes = p.totalGlobalMem;
     g.compute_capability = p.major * 10 + p.minor;
-    char bus[32];
-    std::snprintf(bus, sizeof bus, "%08X:%02X:%02X.0", p.pciDomainID, p.pciBusID, p.pciDeviceID);
-    g.pci_bus_id = bus;
-    char uuid[64];
+    g.pci_bus_id = fmt::format("{:08X}:{:02X}:{:02X}.0", p.pciDomainID, p.pciBusID, p.pciDeviceID);
     const auto* u = reinterpret_cast<const unsigned char*>(p.uuid.bytes);
-    std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-                  u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-    g.uuid = uuid;
+    g.uuid = fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}", u[0],
+                         u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
     // sysfs names PCI devices with a 4-digit lower-case domain.
-    char sys[64];
-    std::snprintf(sys, sizeof sys, "/sys/bus/pci/devices/%04x:%02x:%02x.0/", p.pciDomainID, p.pciBusID, p.pciDeviceID);
-    const std::string numa = read_line(std::string{sys} + "numa_node");
+    const std::string sys = fmt::format("/sys/bus/pci/devices/{:04x}:{:02x}:{:02x}.0/", p.pciDomainID, p.pciBusID, p.pciDeviceID);
+    const std::string numa = read_line(sys + "numa_node");
     if (!numa.empty() && numa != "-1") {
       g.numa_node = std::atoi(numa.c_str());
       g.numa_affinity = numa;

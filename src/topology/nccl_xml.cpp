@@ -1,8 +1,9 @@
-// NCCL's topology XML (NCCL_TOPO_FILE): read into a topology, and written from one.
-#include "xml.hpp"
-
+// NCCL's topology XML (NCCL_TOPO_FILE): read into a topology (with pugixml), and written from one.
 #include <mgm/error.hpp>
 #include <mgm/topology/topology.hpp>
+
+#include <fmt/format.h>
+#include <pugixml.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -11,12 +12,69 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace mgm {
 namespace {
 
-using detail::xml_element;
+using xml_element = pugi::xml_node;
+
+// NCCL's files nest a few PCI bridges deep; deeper nesting is not a machine (and the walk below
+// recurses once per level, so a fuzzer's million-deep nesting must stop here).
+constexpr std::size_t max_depth = 64;
+
+// Attributes as written (no tab or newline folding: pugixml's parse_wconv_attribute and parse_eol
+// off), the five entities and character references decoded; comments and the declaration skipped.
+constexpr unsigned parse_options = pugi::parse_default & ~(pugi::parse_wconv_attribute | pugi::parse_eol);
+
+// The 1-based line and column of byte `offset` of `text`.
+std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size_t offset) {
+  offset = std::min(offset, text.size());
+  std::size_t line = 1;
+  std::size_t line_start = 0;
+  for (std::size_t i = 0; i < offset; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  return {line, offset - line_start + 1};
+}
+
+[[noreturn]] void fail_at(std::string_view text, std::size_t offset, std::string_view why) {
+  const auto [line, column] = line_column(text, offset);
+  throw parse_error::at("NCCL topology XML", line, column, why);
+}
+
+std::size_t offset_of(const xml_element& e) { return static_cast<std::size_t>(std::max<std::ptrdiff_t>(e.offset_debug(), 0)); }
+
+bool named(const xml_element& e, std::string_view name) { return e.type() == pugi::node_element && name == e.name(); }
+
+std::string attr_or(const xml_element& e, const char* key) { return e.attribute(key).as_string(); }
+
+/// The document of `text`, or parse_error naming the line and column where it stops being XML.
+void load(pugi::xml_document& doc, std::string_view text) {
+  const pugi::xml_parse_result result = doc.load_buffer(text.data(), text.size(), parse_options, pugi::encoding_utf8);
+  if (result) return;
+  auto at = static_cast<std::size_t>(std::max<std::ptrdiff_t>(result.offset, 0));
+  std::string why = std::string{"not well-formed XML ("} + result.description() + ")";
+  const bool at_end = text.find_first_not_of(" \t\r\n", std::min(at, text.size())) == std::string_view::npos;
+  if (result.status == pugi::status_end_element_mismatch && at_end) {
+    why += ": the text ends before every element is closed";
+  } else if (result.status == pugi::status_end_element_mismatch) {
+    // pugixml points at the closing tag's name: name it, and point just after it.
+    std::size_t end = at;
+    while (end < text.size() && text[end] != '>' && text[end] != '<' &&
+           std::isspace(static_cast<unsigned char>(text[end])) == 0) {
+      ++end;
+    }
+    if (end > at) why += ": </" + std::string{text.substr(at, end - at)} + "> closes an element not open";
+    at = end;
+  }
+  fail_at(text, at, why);
+}
 
 struct found_device {
   std::string busid;
@@ -56,12 +114,12 @@ const known_board* board_of(std::string_view pci_device) {
   return nullptr;
 }
 
-bool class_is(const xml_element& e, std::string_view prefix) { return e.attr_or("class").rfind(prefix, 0) == 0; }
+bool class_is(const xml_element& e, std::string_view prefix) { return attr_or(e, "class").rfind(prefix, 0) == 0; }
 
 double pcie_gbps(const xml_element& e) {
   // NCCL: width x speed / 80, speed in units of 100 Mbps per lane (16 GT/s -> 120).
-  const std::string speed = e.attr_or("link_speed");
-  const std::string width = e.attr_or("link_width");
+  const std::string speed = attr_or(e, "link_speed");
+  const std::string width = attr_or(e, "link_width");
   double gts = 0.0;
   int lanes = 0;
   if (std::sscanf(speed.c_str(), "%lf", &gts) != 1 || std::sscanf(width.c_str(), "%d", &lanes) != 1 || lanes <= 0) return 0.0;
@@ -93,86 +151,93 @@ gpu_path path_between(const found_device& a, const found_device& b) {
 }  // namespace
 
 topology parse_nccl_topology_xml(std::string_view text) {
-  const auto root = detail::xml_reader{text}.parse();
-  if (root->name != "system") {
-    throw parse_error{"NCCL topology XML, line " + std::to_string(root->line) + ": the root element is <" + root->name +
+  pugi::xml_document doc;
+  load(doc, text);
+  const xml_element root = doc.document_element();
+  for (xml_element e = root.next_sibling(); e; e = e.next_sibling()) {
+    if (e.type() == pugi::node_element) fail_at(text, offset_of(e), "a second root element <" + std::string{e.name()} + ">");
+  }
+  if (!named(root, "system")) {
+    const std::size_t line = line_column(text, offset_of(root)).first;
+    throw parse_error{"NCCL topology XML, line " + std::to_string(line) + ": the root element is <" + root.name() +
                           ">, expected <system>",
-                      root->line, 0};
+                      line, 0};
   }
   std::vector<found_device> gpus;
   std::vector<found_device> nics;
   std::string vendor;
   int model = 0;
   std::size_t cpu_index = 0;
-  for (const auto& cpu : root->children) {
-    if (cpu->name != "cpu") continue;
+  for (const xml_element cpu : root.children("cpu")) {
     if (vendor.empty()) {
-      vendor = cpu->attr_or("vendor");
-      model = parse_int(cpu->attr_or("modelid"), 0);
+      vendor = attr_or(cpu, "vendor");
+      model = parse_int(attr_or(cpu, "modelid"), 0);
     }
     std::optional<int> numa;
-    if (const auto* id = cpu->attribute("numaid")) {
-      const int v = parse_int(*id, -1);
+    if (const auto id = cpu.attribute("numaid")) {
+      const int v = parse_int(id.as_string(), -1);
       if (v >= 0) numa = v;
     }
     // A CPU is its NUMA node: two <cpu> elements with one numaid are one socket.
     const std::size_t cpu_key = numa ? static_cast<std::size_t>(*numa) : (std::size_t{1} << 32) + cpu_index;
     std::function<void(const xml_element&, std::vector<std::string>&)> walk = [&](const xml_element& e,
                                                                                std::vector<std::string>& bridges) {
-      for (const auto& child : e.children) {
-        if (child->name == "nic") {  // a NIC without a PCI element of its own
+      // Its children lie below <system>, <cpu> and the bridges.
+      if (bridges.size() + 3 > max_depth) fail_at(text, offset_of(e), "elements nested too deeply");
+      for (const xml_element child : e.children()) {
+        if (named(child, "nic")) {  // a NIC without a PCI element of its own
           found_device d;
           d.cpu = cpu_key;
           d.numa = numa;
           d.bridges = bridges;
-          for (const auto& net : child->children) {
-            if (net->name == "net" && d.net_name.empty()) d.net_name = net->attr_or("name");
+          for (const xml_element net : child.children("net")) {
+            if (d.net_name.empty()) d.net_name = attr_or(net, "name");
           }
           nics.push_back(d);
           continue;
         }
-        if (child->name != "pci") continue;
-        const xml_element* gpu_element = nullptr;
-        const xml_element* nic_element = nullptr;
+        if (!named(child, "pci")) continue;
+        xml_element gpu_element;
+        xml_element nic_element;
         bool has_pci_children = false;
-        for (const auto& g : child->children) {
-          if (g->name == "gpu") gpu_element = g.get();
-          if (g->name == "nic") nic_element = g.get();
-          if (g->name == "pci") has_pci_children = true;
+        for (const xml_element g : child.children()) {
+          if (named(g, "gpu")) gpu_element = g;
+          if (named(g, "nic")) nic_element = g;
+          if (named(g, "pci")) has_pci_children = true;
         }
-        const bool is_gpu = gpu_element != nullptr || class_is(*child, "0x0302") || class_is(*child, "0x0300");
-        const bool is_nic = !is_gpu && (nic_element != nullptr || class_is(*child, "0x0200") || class_is(*child, "0x0207"));
+        const bool is_gpu = gpu_element || class_is(child, "0x0302") || class_is(child, "0x0300");
+        const bool is_nic = !is_gpu && (nic_element || class_is(child, "0x0200") || class_is(child, "0x0207"));
         if (is_gpu || is_nic) {
           found_device d;
-          d.busid = child->attr_or("busid");
+          d.busid = attr_or(child, "busid");
           d.cpu = cpu_key;
           d.numa = numa;
           d.bridges = bridges;
-          d.pcie_gbps = pcie_gbps(*child);
-          d.pci_device = child->attr_or("device");
-          if (gpu_element != nullptr) {
-            d.sm = parse_int(gpu_element->attr_or("sm"), 0);
-            d.dev = parse_int(gpu_element->attr_or("dev"), -1);
-            for (const auto& l : gpu_element->children) {
-              if (l->name == "nvlink") d.nvlinks.emplace_back(l->attr_or("target"), parse_int(l->attr_or("count"), 0));
+          d.pcie_gbps = pcie_gbps(child);
+          d.pci_device = attr_or(child, "device");
+          if (gpu_element) {
+            d.sm = parse_int(attr_or(gpu_element, "sm"), 0);
+            d.dev = parse_int(attr_or(gpu_element, "dev"), -1);
+            for (const xml_element l : gpu_element.children("nvlink")) {
+              d.nvlinks.emplace_back(attr_or(l, "target"), parse_int(attr_or(l, "count"), 0));
             }
           }
-          if (nic_element != nullptr) {
-            for (const auto& net : nic_element->children) {
-              if (net->name == "net" && d.net_name.empty()) d.net_name = net->attr_or("name");
+          if (nic_element) {
+            for (const xml_element net : nic_element.children("net")) {
+              if (d.net_name.empty()) d.net_name = attr_or(net, "name");
             }
           }
           (is_gpu ? gpus : nics).push_back(std::move(d));
         }
         if (has_pci_children || (!is_gpu && !is_nic)) {
-          bridges.push_back(child->attr_or("busid"));
-          walk(*child, bridges);
+          bridges.push_back(attr_or(child, "busid"));
+          walk(child, bridges);
           bridges.pop_back();
         }
       }
     };
     std::vector<std::string> bridges;
-    walk(*cpu, bridges);
+    walk(cpu, bridges);
     ++cpu_index;
   }
   if (gpus.empty()) {
@@ -224,11 +289,7 @@ std::string to_nccl_xml(const topology& t) {
   std::vector<std::string> bus(n);
   for (std::size_t i = 0; i < n; ++i) {
     bus[i] = t.gpus()[i].pci_bus_id;
-    if (bus[i].empty()) {
-      char b[32];
-      std::snprintf(b, sizeof b, "0000:%02zx:00.0", i + 1);
-      bus[i] = b;
-    }
+    if (bus[i].empty()) bus[i] = fmt::format("0000:{:02x}:00.0", i + 1);
   }
   const auto id = [](std::size_t i) { return device_id{static_cast<int>(i)}; };
   // One <cpu> per socket: the GPUs joined by PCIe paths (PIX, PXB, PHB/NODE), with the NUMA id
@@ -283,9 +344,7 @@ std::string to_nccl_xml(const topology& t) {
         out += gpu_xml(gpus[0], "    ");
         continue;
       }
-      char b[32];
-      std::snprintf(b, sizeof b, "ffff:%02x:00.0", bridge_id++);
-      out += std::string{"    <pci busid=\""} + b + "\" class=\"0x060400\">\n";
+      out += fmt::format("    <pci busid=\"ffff:{:02x}:00.0\" class=\"0x060400\">\n", bridge_id++);
       std::map<std::size_t, std::vector<std::size_t>> subgroups;
       for (const auto g : gpus) subgroups[find(pix, g)].push_back(g);
       for (auto& [sub, inner] : subgroups) {
@@ -293,9 +352,7 @@ std::string to_nccl_xml(const topology& t) {
           for (const auto g : inner) out += gpu_xml(g, "      ");
           continue;
         }
-        char ib[32];
-        std::snprintf(ib, sizeof ib, "ffff:%02x:00.0", bridge_id++);
-        out += std::string{"      <pci busid=\""} + ib + "\" class=\"0x060400\">\n";
+        out += fmt::format("      <pci busid=\"ffff:{:02x}:00.0\" class=\"0x060400\">\n", bridge_id++);
         for (const auto g : inner) out += gpu_xml(g, "        ");
         out += "      </pci>\n";
       }

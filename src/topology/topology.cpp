@@ -1,9 +1,11 @@
 #include <mgm/error.hpp>
 #include <mgm/topology/topology.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
-#include <cstdio>
+#include <iterator>
 #include <string>
 
 namespace mgm {
@@ -312,9 +314,7 @@ std::string topology::to_smi_matrix(bool bandwidths) const {
           continue;
         }
         const auto bw = bandwidth(device_id{static_cast<int>(r)}, device_id{static_cast<int>(c)});
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "\t%.1f%c", bw.gbps, "ndmo"[static_cast<int>(bw.provenance)]);
-        out += buf;
+        fmt::format_to(std::back_inserter(out), "\t{:.1f}{}", bw.gbps, "ndmo"[static_cast<int>(bw.provenance)]);
       }
       out += "\n";
     }
@@ -328,17 +328,12 @@ std::string topology::to_smi_matrix(bool bandwidths) const {
         const gpu_path& p = path(a, b);
         if (!p.is_nvlink() && p.type != path_type::c2c) continue;
         const auto* g = nvlink_generation_of(a, b);
-        char buf[200];
-        if (g != nullptr) {
-          std::snprintf(buf, sizeof buf, "NVLink generation: %.*s (%.*s), %.1f GB/s per link per direction\n",
-                        static_cast<int>(g->name.size()), g->name.data(), static_cast<int>(g->gpus.size()),
-                        g->gpus.data(), g->gbps_per_link);
-        } else {
-          std::snprintf(buf, sizeof buf,
-                        "NVLink generation: unknown (no GPU model) for %s: its figures take %.1f GB/s per link per "
-                        "direction, the slowest generation with that many links, a lower bound\n",
-                        p.label().c_str(), nvlink_gbps_per_link_lower_bound(std::max(1, p.nvlinks)));
-        }
+        const std::string buf =
+            g != nullptr ? fmt::format("NVLink generation: {} ({}), {:.1f} GB/s per link per direction\n", g->name, g->gpus,
+                                       g->gbps_per_link)
+                         : fmt::format("NVLink generation: unknown (no GPU model) for {}: its figures take {:.1f} GB/s per "
+                                       "link per direction, the slowest generation with that many links, a lower bound\n",
+                                       p.label(), nvlink_gbps_per_link_lower_bound(std::max(1, p.nvlinks)));
         if (std::find(seen.begin(), seen.end(), buf) == seen.end()) seen.emplace_back(buf);
       }
     }

@@ -3,6 +3,8 @@
 #include <mgm/error.hpp>
 #include <mgm/trace/trace.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <fstream>
@@ -123,19 +125,12 @@ void write_rmm_csv(std::ostream& out, const trace& t) {
   out << header << '\n';
   for (const auto& e : t.events) {
     const auto total_us = static_cast<std::uint64_t>(e.seconds * 1e6 + 0.5);
-    char time[32];
-    std::snprintf(time, sizeof time, "%02llu:%02llu:%02llu.%06llu",
-                  static_cast<unsigned long long>(total_us / 3'600'000'000ULL),
-                  static_cast<unsigned long long>(total_us / 60'000'000ULL % 60),
-                  static_cast<unsigned long long>(total_us / 1'000'000ULL % 60),
-                  static_cast<unsigned long long>(total_us % 1'000'000ULL));
+    const std::string time = fmt::format("{:02}:{:02}:{:02}.{:06}", total_us / 3'600'000'000ULL, total_us / 60'000'000ULL % 60,
+                                         total_us / 1'000'000ULL % 60, total_us % 1'000'000ULL);
     const char* action = e.action == trace_event::action_type::allocate ? "allocate"
                          : e.action == trace_event::action_type::free   ? "free"
                                                                          : "allocate failure";
-    char row[160];
-    std::snprintf(row, sizeof row, "%llu,%s,%s,0x%llx,%zu,0x%llx", static_cast<unsigned long long>(e.thread), time, action,
-                  static_cast<unsigned long long>(e.pointer), e.bytes, static_cast<unsigned long long>(e.stream));
-    out << row << '\n';
+    out << fmt::format("{},{},{},0x{:x},{},0x{:x}", e.thread, time, action, e.pointer, e.bytes, e.stream) << '\n';
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <sstream>

@@ -19,6 +19,7 @@
 
 using mgm::telemetry::analyse_series;
 using mgm::telemetry::leak_options;
+using mgm::telemetry::leak_reason;
 using mgm::telemetry::leak_verdict;
 using mgm::telemetry::series_point;
 
@@ -247,7 +248,7 @@ TEST_CASE("leak verdicts on generated job patterns with known answers", "[leak]"
     const auto r = analyse_series(pts);
     INFO(name_of(c.kind) << ": " << c.what << ", noise " << c.noise_mib << " MiB, " << pts.size() << " readings, seed "
                          << c.seed << " -> " << to_string(r.verdict) << " at " << r.rate_mib_per_min
-                         << " MiB/min, confidence " << r.confidence << ": " << r.explanation);
+                         << " MiB/min, confidence " << r.confidence << ", " << to_string(r.reason));
     auto& t = table[c.kind];
     ++t.total;
     ++t.verdicts[to_string(r.verdict)];
@@ -267,9 +268,11 @@ TEST_CASE("leak verdicts on generated job patterns with known answers", "[leak]"
       right = right && r.restart_seconds.size() == static_cast<std::size_t>(c.restarts);
     }
     if (!c.leaks) {
-      // The sentence never says it grew when the verdict says no leak, unless it says how little.
-      if (r.verdict == leak_verdict::no_growth && r.explanation.find("grew") != std::string::npos) {
-        CHECK(r.explanation.find("below the leak thresholds") != std::string::npos);
+      // A no-leak verdict on growth says how little it grew: its reason is the thresholds.
+      if (r.verdict == leak_verdict::no_growth) {
+        const auto& run = r.runs.at(r.deciding_run);
+        const bool grew = run.grew && run.releases < 2;
+        CHECK((r.reason == leak_reason::grew_below_thresholds) == grew);
       }
     }
     if (right) ++t.right;
@@ -291,11 +294,11 @@ TEST_CASE("the three wrong verdicts of issue 15, as they were reported", "[leak]
       p.push_back({t, i < 3 ? 2.0 : 9000.0 + 3000.0 * std::fmod(t, 2400.0) / 2400.0});
     }
     const auto r = analyse_series(p);
-    INFO(r.explanation);
+    INFO(to_string(r.reason));
     CHECK(r.verdict == leak_verdict::no_growth);
     REQUIRE(!r.runs.empty());
     CHECK(r.runs[r.deciding_run].releases >= 8);
-    CHECK(r.explanation.find("released") != std::string::npos);
+    CHECK(r.reason == leak_reason::sawtooth_same_floor);
   }
   SECTION("0.6 MiB/min for three days, 2.5 GiB in all, is a leak (was: no_growth)") {
     std::vector<series_point> p;
@@ -304,15 +307,17 @@ TEST_CASE("the three wrong verdicts of issue 15, as they were reported", "[leak]
       p.push_back({t, 5000.0 + 0.6 * t / 60.0});
     }
     const auto r = analyse_series(p);
-    INFO(r.explanation);
+    INFO(to_string(r.reason));
     CHECK(r.verdict == leak_verdict::leak);
     CHECK(r.rate_mib_per_min == Approx(0.6).epsilon(0.01));
-    // With a higher bar for the total, the same series is slow growth, and the sentence says why.
+    // With a higher bar for the total, the same series is slow growth, and its reason says why.
     leak_options o;
     o.min_leak_growth_mib = 4096.0;
     const auto strict = analyse_series(p, o);
     CHECK(strict.verdict == leak_verdict::no_growth);
-    CHECK(strict.explanation.find("below the leak thresholds (1.00 MiB/min, or 4096 MiB in all)") != std::string::npos);
+    CHECK(strict.reason == leak_reason::grew_below_thresholds);
+    CHECK(strict.min_rate_mib_per_min == 1.0);
+    CHECK(strict.min_leak_growth_mib == 4096.0);
   }
   SECTION("a short climb cut off by a restart, then growth that levels off for 20 min, is not a leak") {
     std::vector<series_point> p;
@@ -327,7 +332,7 @@ TEST_CASE("the three wrong verdicts of issue 15, as they were reported", "[leak]
     for (int i = 0; i < 30; ++i) at(300.0 + 33.0 * i);     // 10 min of growth
     for (int i = 0; i < 75; ++i) at(1303);                 // 25 min of plateau
     const auto r = analyse_series(p);
-    INFO(r.explanation);
+    INFO(to_string(r.reason));
     CHECK(r.verdict != leak_verdict::leak);
   }
 }
@@ -344,7 +349,7 @@ TEST_CASE("leak verdicts a review asked about: baselines, late flushes, a leak a
       for (int i = 0; i < 3; ++i) at_minutes(p, m++, 10240);                      // crashed
     }
     const auto r = analyse_series(p);
-    INFO(r.explanation);
+    INFO(to_string(r.reason));
     CHECK(r.verdict == leak_verdict::leak);
     CHECK(r.restart_seconds.size() == 1);
     CHECK(r.rate_mib_per_min == Approx(40.0).epsilon(0.1));
@@ -355,7 +360,7 @@ TEST_CASE("leak verdicts a review asked about: baselines, late flushes, a leak a
     p[595].mib -= 2000;
     p[598].mib -= 2000;
     const auto r = analyse_series(p);
-    INFO(r.explanation);
+    INFO(to_string(r.reason));
     CHECK(r.verdict == leak_verdict::leak);
     CHECK(r.rate_mib_per_min == Approx(5.0).epsilon(0.05));
   }
@@ -367,7 +372,7 @@ TEST_CASE("leak verdicts a review asked about: baselines, late flushes, a leak a
     for (int i = 0; i < 3; ++i) at_minutes(p, m++, 300);
     for (int i = 0; i < 240; ++i) at_minutes(p, m++, i < 5 ? 300 + 1000.0 * i : 5300 + 20.0 * (i - 5));
     const auto r = analyse_series(p);
-    INFO(r.explanation);
+    INFO(to_string(r.reason));
     CHECK(r.verdict == leak_verdict::leak);
     CHECK(r.restart_seconds.size() == 1);
   }

@@ -1,4 +1,5 @@
 // mgm leak: verdicts on a GPU log, per GPU and per process.
+#include "leak_explain.hpp"
 #include "log_input.hpp"
 #include "mgm_tool.hpp"
 
@@ -95,7 +96,7 @@ void add_leak(CLI::App& app, context& ctx) {
         nlohmann::json j{{"gpu", g.gpu_found ? nlohmann::json(g.index) : nlohmann::json(nullptr)},
                          {"key", g.gpu_key}, {"name", g.name}, {"verdict", tel::to_string(g.report.verdict)},
                          {"rate_mib_per_min", g.report.rate_mib_per_min}, {"confidence", g.report.confidence},
-                         {"explanation", g.report.explanation}, {"samples", g.samples},
+                         {"explanation", leak_explanation(g)}, {"samples", g.samples},
                          {"restart_seconds", g.report.restart_seconds}};
         if (g.pid) {
           j["pid"] = *g.pid;
@@ -111,7 +112,7 @@ void add_leak(CLI::App& app, context& ctx) {
     std::printf("%-40s %-20s %13s %6s  %s\n", "GPU", "VERDICT", "RATE MiB/min", "CONF", "WHY");
     for (const auto& g : reports) {
       std::printf("%-40.40s %-20s %13.1f %6.2f  %s\n", who(g).c_str(), tel::to_string(g.report.verdict),
-                  g.report.rate_mib_per_min, g.report.confidence, g.report.explanation.c_str());
+                  g.report.rate_mib_per_min, g.report.confidence, leak_explanation(g).c_str());
     }
   });
 }

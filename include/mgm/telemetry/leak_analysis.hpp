@@ -147,12 +147,41 @@ struct run_report {
   double last_floor_mib{0};      ///< ... and after its last release
 };
 
-/// @brief The answer for one series: a verdict, a rate, a confidence and a sentence.
+/// @brief Why a report has its verdict: the shape that decided it. With the report's numbers it is
+/// what a sentence for people needs (the `mgm` tool writes one); the fields named are those of the
+/// deciding run, `runs[deciding_run]`.
+enum class leak_reason {
+  no_readings,            ///< no_data: no usable readings (`points == 0`)
+  too_few_readings,       ///< no_data: fewer than three usable readings, all at one time, or too few after
+                          ///< the warm-up in every run (`points`, `first_seconds`, `last_seconds`)
+  kept_growing,           ///< leak: grew after the warm-up (`start_level_mib` to `end_level_mib` at
+                          ///< `rate_mib_per_min`) and did not level off; `restart_seconds` may list restarts
+  floor_kept_rising,      ///< leak: a sawtooth (`releases >= 2`) whose floor rose (`first_floor_mib` to
+                          ///< `last_floor_mib` at `rate_mib_per_min`)
+  levelled_off,           ///< growth_then_plateau: grew, then levelled off from `plateau_start_seconds`
+  restarts_only,          ///< restarted: memory fell to idle and came back (`restart_seconds`); no run leaks
+  flat,                   ///< no_growth: no significant growth after the warm-up (`median_mib`, `slope`)
+  grew_below_thresholds,  ///< no_growth: grew (`grew`), but slower than both leak thresholds
+                          ///< (`leak_report::min_rate_mib_per_min`, `leak_report::min_leak_growth_mib`)
+  sawtooth_same_floor,    ///< no_growth: a sawtooth (`releases >= 2`) back to about the same floor, or
+                          ///< to one that rose less than a leak would
+};
+
+/// @brief "no_readings", "too_few_readings", "kept_growing", "floor_kept_rising", "levelled_off",
+/// "restarts_only", "flat", "grew_below_thresholds", "sawtooth_same_floor".
+[[nodiscard]] const char* to_string(leak_reason r) noexcept;
+
+/// @brief The answer for one series: a verdict, the reason for it, a rate, a confidence, and the
+/// facts behind them.
 struct leak_report {
   leak_verdict verdict{leak_verdict::no_data};
+  leak_reason reason{leak_reason::no_readings};
   double rate_mib_per_min{0};   ///< that of the deciding run (see `run_report::rate_mib_per_min`)
   double confidence{0};         ///< in [0, 1]
-  std::string explanation;      ///< one sentence for people
+  /// The leak thresholds the runs were judged by (`leak_options::min_rate_mib_per_min` and
+  /// `leak_options::min_leak_growth_mib`).
+  double min_rate_mib_per_min{0};
+  double min_leak_growth_mib{0};
   std::size_t points{0};        ///< usable points (finite values)
   double first_seconds{0};
   double last_seconds{0};
@@ -179,6 +208,7 @@ struct gpu_leak_report {
   std::string process_name;
   clock::time_point origin{};         ///< time 0 of the report's seconds: the log's first reading
   std::size_t samples{0};             ///< rows of this GPU or process, with or without memory
+  std::size_t memory_readings{0};     ///< rows among them with a memory reading (0: a `no_readings` report)
   leak_report report;
 };
 

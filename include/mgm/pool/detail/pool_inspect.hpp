@@ -18,7 +18,6 @@
 #include <mgm/pool_observer.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -326,9 +325,7 @@ struct pool_inspect {
 
   static void report_invalid_free(device_id d, void* ptr, std::size_t bytes) noexcept {
     try {
-      char addr[32];
-      std::snprintf(addr, sizeof addr, "%p", ptr);
-      log(log_level::error, "caching_pool on " + describe_device(d) + ": deallocate(" + addr + ", " +
+      log(log_level::error, "caching_pool on " + describe_device(d) + ": deallocate(" + describe_address(ptr) + ", " +
                                 std::to_string(bytes) +
                                 ") of a pointer that is not a live allocation of this pool (never allocated here, "
                                 "or already freed); nothing was changed");
