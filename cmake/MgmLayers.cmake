@@ -70,11 +70,16 @@ mgm_layer(adaptors SOURCES src/adaptors/adaptors.cpp DEPS core pool)
 mgm_layer(discovery SOURCES src/topology/discovery.cpp DEPS core topology)
 mgm_layer(
   telemetry
-  SOURCES src/telemetry/gpuz.cpp src/telemetry/leak_analysis.cpp
+  SOURCES src/telemetry/leak_analysis.cpp
           src/telemetry/leak_shapes.cpp src/telemetry/leak_statistics.cpp src/telemetry/nvml.cpp src/telemetry/nvml_source.cpp
-          src/telemetry/publisher.cpp src/telemetry/sampler.cpp src/telemetry/sinks.cpp src/telemetry/smi_csv.cpp
-          src/telemetry/log_text.cpp src/telemetry/log_time.cpp src/telemetry/log_detect.cpp
-          src/telemetry/smi_query_text.cpp src/telemetry/smi_query_xml.cpp src/telemetry/startup.cpp
+          src/telemetry/publisher.cpp src/telemetry/sampler.cpp src/telemetry/startup.cpp
+          # the log readers: their text module, times, the format detection, one file per reader
+          src/telemetry/text.cpp src/telemetry/log_time.cpp src/telemetry/log_detect.cpp src/telemetry/smi_csv.cpp
+          src/telemetry/gpuz.cpp src/telemetry/jsonl_reader.cpp src/telemetry/smi_query_text.cpp
+          src/telemetry/smi_query_xml.cpp
+          # the sinks, one file each
+          src/telemetry/csv_sink.cpp src/telemetry/process_csv_sink.cpp src/telemetry/jsonl_sink.cpp
+          src/telemetry/prometheus_text.cpp
   DEPS core topology sim pool discovery)
 # Telemetry's start-up (src/telemetry/startup.cpp) is linked into every program that links the
 # telemetry layer, so that MGM_PUBLISH=1 works without a call.

@@ -2,7 +2,7 @@
 // trailing `" ,"`, Windows-1252 (the degree sign is the byte 0xB0), CRLF; columns that differ by
 // GPU-Z version and vendor, and on AMD a column name that appears twice.
 #include <mgm/error.hpp>
-#include "../detail/text.hpp"
+#include "text.hpp"
 
 #include <mgm/telemetry/log_format.hpp>
 
@@ -96,9 +96,10 @@ std::string to_utf8(std::string_view s) {
   return out;
 }
 
+// The comma-separated fields without the empty one after the trailing " ,".
 std::vector<std::string_view> split_fields(std::string_view line) {
-  auto out = mgm::detail::split_trimmed_fields(line);
-  if (out.size() > 1 && out.back().empty()) out.pop_back();  // the trailing " ,"
+  auto out = detail::split_fields(line);
+  if (out.size() > 1 && out.back().empty()) out.pop_back();
   return out;
 }
 

@@ -1,27 +1,15 @@
 // Which reader a log needs, and the entry points that pick it (read_gpu_log, read_gpu_log_file).
 #include <mgm/error.hpp>
-#include "../detail/text.hpp"
 #include "log_internal.hpp"
+#include "text.hpp"
 
 #include <mgm/telemetry/log_format.hpp>
 
-#include <algorithm>
-#include <array>
-#include <cctype>
-#include <charconv>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
 #include <fstream>
 #include <istream>
 #include <iterator>
-#include <limits>
-#include <map>
-#include <sstream>
 #include <string>
 #include <string_view>
-#include <vector>
-
 
 namespace mgm::telemetry {
 

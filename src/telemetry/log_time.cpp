@@ -1,27 +1,19 @@
 // Times in logs: nvidia-smi's `2025/06/13 00:27:52.195`, ISO 8601, GPU-Z's and others, read and
 // written, on <chrono>'s calendar (a zone-less time is taken as UTC).
-#include <mgm/error.hpp>
-#include "../detail/text.hpp"
+#include "text.hpp"
 
 #include <mgm/telemetry/log_format.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <array>
-#include <cctype>
 #include <charconv>
-#include <cmath>
+#include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <fstream>
-#include <istream>
-#include <iterator>
-#include <limits>
-#include <map>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
-
+#include <system_error>
 
 namespace mgm::telemetry {
 
@@ -170,11 +162,8 @@ std::string format_smi_time(clock::time_point time) {
   const std::int64_t days = (secs >= 0 ? secs : secs - 86399) / 86400;
   const std::int64_t in_day = secs - days * 86400;
   const auto date = civil_from_days(days);
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%04lld/%02u/%02u %02lld:%02lld:%02lld.%03lld", static_cast<long long>(date.year),
-                date.month, date.day, static_cast<long long>(in_day / 3600), static_cast<long long>(in_day / 60 % 60),
-                static_cast<long long>(in_day % 60), static_cast<long long>(ms));
-  return buffer;
+  return fmt::format("{:04}/{:02}/{:02} {:02}:{:02}:{:02}.{:03}", date.year, date.month, date.day, in_day / 3600,
+                     in_day / 60 % 60, in_day % 60, ms);
 }
 
 std::string format_iso_time(clock::time_point time) {

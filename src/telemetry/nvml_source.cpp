@@ -6,10 +6,10 @@
 #include <mgm/telemetry/source.hpp>
 
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 
 namespace mgm::telemetry {
 
@@ -24,10 +24,8 @@ std::vector<cuda_identity> cuda_identities() {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, d) == cudaSuccess) {
       const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
-      char text[48];
-      std::snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-                    u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-      id.uuid = text;
+      id.uuid = fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                            u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
     }
     (void)cudaGetLastError();
     out.push_back(std::move(id));

@@ -1,9 +1,14 @@
 // nvidia-smi CSV logs as people keep them: `--query-gpu` with or without units and header, a
 // script's own columns, a human table before the CSV (or pasted with `|`, tabs or aligned blanks),
 // NUL runs, GPUs interleaved; and `--query-compute-apps`.
+//
+// The reader is driven by one table, `known_columns`: each column name it knows (every alias),
+// the member of the sample it fills and the unit its values may carry. A header's columns are
+// looked up in it; a row fills, member by member in the table's order, the first column of each
+// member (in rank order) whose value is not missing.
 #include <mgm/error.hpp>
-#include "../detail/text.hpp"
 #include "log_internal.hpp"
+#include "text.hpp"
 
 #include <mgm/telemetry/log_format.hpp>
 
@@ -13,19 +18,21 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <fstream>
-#include <istream>
-#include <iterator>
 #include <limits>
 #include <map>
-#include <sstream>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
 #include <vector>
 
 namespace mgm::telemetry {
 
+using detail::separator;
+using detail::split_fields;
 using detail::trim;
 
 // ---------------------------------------------------------------------------------------------
@@ -34,87 +41,118 @@ using detail::trim;
 
 namespace {
 
-enum class field : std::uint8_t {
-  none,
-  timestamp,
-  index,
-  gpu,
-  name,
-  uuid,
-  bus_id,
-  memory_total,
-  memory_used,
-  memory_free,
-  memory_reserved,
-  temperature,
-  power_draw,
-  power_limit,
-  clock_sm,
-  clock_mem,
-  pcie_gen,
-  pcie_width,
-  utilization_gpu,
-  utilization_mem,
-  pcie_rx,
-  pcie_tx,
-  nvlink_up,
-  pool_allocated,
-  pool_reserved,
-  pid,
-  process_name,
-  used_memory,
-  count
-};
+// What a column fills: a member of `device_sample` (read by its type: text, a memory size, a
+// number, a whole number), or something the row loop reads itself (the time, the GPU's number,
+// and the `--query-compute-apps` columns, which fill a `process_row`).
+enum class special : std::uint8_t { timestamp, index, gpu, pid, process_name, used_memory };
+using text_member = std::string device_sample::*;
+using bytes_member = std::optional<std::uint64_t> device_sample::*;
+using number_member = std::optional<double> device_sample::*;
+using whole_member = std::optional<unsigned> device_sample::*;
+using member = std::variant<special, text_member, bytes_member, number_member, whole_member>;
 
-struct alias {
+// The units a column's values may be written with, besides none. `memory`: any size unit that
+// `bytes_per_memory_unit` knows (`B` to `GiB`) in the value, else the header's (`[MiB]`,
+// `_mib`), else MiB; `bytes()` reads them.
+using units = std::span<const std::string_view>;
+constexpr std::array<std::string_view, 2> celsius{"C", "\xC2\xB0" "C"};
+constexpr std::array<std::string_view, 1> watts{"W"};
+constexpr std::array<std::string_view, 1> mhz{"MHz"};
+constexpr std::array<std::string_view, 1> lanes{"x"};
+constexpr std::array<std::string_view, 1> percent{"%"};
+constexpr std::array<std::string_view, 1> mb_per_s{"MB/s"};
+constexpr units no_unit{};
+constexpr units memory{};
+
+struct known_column {
   std::string_view name;  // lower case, `_` written as `.`, no unit
-  field target;
-  int rank;  // the lower, the more preferred when several columns fill one field
+  int rank;               // the lower, the more preferred when several columns fill one member
+  member fills;
+  units values;
 };
 
-constexpr std::array aliases{
-    alias{"timestamp", field::timestamp, 0},
-    alias{"time", field::timestamp, 1},
-    alias{"index", field::index, 0},
-    alias{"gpu", field::gpu, 0},
-    alias{"gpu.id", field::gpu, 0},
-    alias{"gpu.index", field::gpu, 0},
-    alias{"name", field::name, 0},
-    alias{"gpu.name", field::name, 1},
-    alias{"uuid", field::uuid, 0},
-    alias{"gpu.uuid", field::uuid, 1},
-    alias{"pci.bus.id", field::bus_id, 0},
-    alias{"gpu.bus.id", field::bus_id, 1},
-    alias{"memory.total", field::memory_total, 0},
-    alias{"memory.used", field::memory_used, 0},
-    alias{"memory.free", field::memory_free, 0},
-    alias{"memory.reserved", field::memory_reserved, 0},
-    alias{"temperature.gpu", field::temperature, 0},
-    alias{"power.draw", field::power_draw, 0},
-    alias{"power.draw.average", field::power_draw, 1},
-    alias{"power.draw.instant", field::power_draw, 2},
-    alias{"power.limit", field::power_limit, 0},
-    alias{"enforced.power.limit", field::power_limit, 1},
-    alias{"clocks.sm", field::clock_sm, 0},
-    alias{"clocks.current.sm", field::clock_sm, 0},
-    alias{"clocks.mem", field::clock_mem, 0},
-    alias{"clocks.current.memory", field::clock_mem, 0},
-    alias{"pcie.link.gen.current", field::pcie_gen, 0},
-    alias{"pcie.link.gen.gpucurrent", field::pcie_gen, 1},
-    alias{"pcie.link.width.current", field::pcie_width, 0},
-    alias{"utilization.gpu", field::utilization_gpu, 0},
-    alias{"utilization.memory", field::utilization_mem, 0},
-    alias{"utilization.mem", field::utilization_mem, 0},
-    alias{"mgm.pcie.rx", field::pcie_rx, 0},
-    alias{"mgm.pcie.tx", field::pcie_tx, 0},
-    alias{"mgm.nvlink.up", field::nvlink_up, 0},
-    alias{"mgm.pool.allocated", field::pool_allocated, 0},
-    alias{"mgm.pool.reserved", field::pool_reserved, 0},
-    alias{"pid", field::pid, 0},
-    alias{"process.name", field::process_name, 0},
-    alias{"used.gpu.memory", field::used_memory, 0},
-    alias{"used.memory", field::used_memory, 1},
+// Every column the reader knows. The first row of each member fixes the order in which a row's
+// members are read (that order is the order of `device_sample::missing`).
+constexpr std::array known_columns{
+    known_column{"timestamp", 0, special::timestamp, no_unit},
+    known_column{"time", 1, special::timestamp, no_unit},
+    known_column{"name", 0, &device_sample::name, no_unit},
+    known_column{"gpu.name", 1, &device_sample::name, no_unit},
+    known_column{"uuid", 0, &device_sample::uuid, no_unit},
+    known_column{"gpu.uuid", 1, &device_sample::uuid, no_unit},
+    known_column{"pci.bus.id", 0, &device_sample::pci_bus_id, no_unit},
+    known_column{"gpu.bus.id", 1, &device_sample::pci_bus_id, no_unit},
+    known_column{"index", 0, special::index, no_unit},
+    known_column{"gpu", 0, special::gpu, no_unit},
+    known_column{"gpu.id", 0, special::gpu, no_unit},
+    known_column{"gpu.index", 0, special::gpu, no_unit},
+    known_column{"memory.total", 0, &device_sample::memory_total, memory},
+    known_column{"memory.used", 0, &device_sample::memory_used, memory},
+    known_column{"memory.free", 0, &device_sample::memory_free, memory},
+    known_column{"memory.reserved", 0, &device_sample::memory_reserved, memory},
+    known_column{"temperature.gpu", 0, &device_sample::temperature_c, celsius},
+    known_column{"power.draw", 0, &device_sample::power_draw_w, watts},
+    known_column{"power.draw.average", 1, &device_sample::power_draw_w, watts},
+    known_column{"power.draw.instant", 2, &device_sample::power_draw_w, watts},
+    known_column{"power.limit", 0, &device_sample::power_limit_w, watts},
+    known_column{"enforced.power.limit", 1, &device_sample::power_limit_w, watts},
+    known_column{"clocks.sm", 0, &device_sample::clock_sm_mhz, mhz},
+    known_column{"clocks.current.sm", 0, &device_sample::clock_sm_mhz, mhz},
+    known_column{"clocks.mem", 0, &device_sample::clock_mem_mhz, mhz},
+    known_column{"clocks.current.memory", 0, &device_sample::clock_mem_mhz, mhz},
+    known_column{"pcie.link.gen.current", 0, &device_sample::pcie_gen, no_unit},
+    known_column{"pcie.link.gen.gpucurrent", 1, &device_sample::pcie_gen, no_unit},
+    known_column{"pcie.link.width.current", 0, &device_sample::pcie_width, lanes},
+    known_column{"utilization.gpu", 0, &device_sample::utilization_gpu_pct, percent},
+    known_column{"utilization.memory", 0, &device_sample::utilization_mem_pct, percent},
+    known_column{"utilization.mem", 0, &device_sample::utilization_mem_pct, percent},
+    known_column{"mgm.pcie.rx", 0, &device_sample::pcie_rx_mb_s, mb_per_s},
+    known_column{"mgm.pcie.tx", 0, &device_sample::pcie_tx_mb_s, mb_per_s},
+    known_column{"mgm.nvlink.up", 0, &device_sample::nvlink_up, no_unit},
+    known_column{"mgm.pool.allocated", 0, &device_sample::pool_allocated, memory},
+    known_column{"mgm.pool.reserved", 0, &device_sample::pool_reserved, memory},
+    known_column{"pid", 0, special::pid, no_unit},
+    known_column{"process.name", 0, special::process_name, no_unit},
+    known_column{"used.gpu.memory", 0, special::used_memory, memory},
+    known_column{"used.memory", 1, special::used_memory, memory},
 };
+
+static_assert(
+    [] {
+      for (std::size_t i = 0; i < known_columns.size(); ++i) {
+        for (std::size_t j = i + 1; j < known_columns.size(); ++j) {
+          if (known_columns[i].name == known_columns[j].name) return false;
+        }
+      }
+      return true;
+    }(),
+    "a column name of known_columns names one member only");
+
+// A member's place in the reader: the row of `known_columns` that first names it.
+using slot = std::size_t;
+constexpr slot no_slot = known_columns.size();
+
+constexpr slot slot_of(const member& m) {
+  for (slot i = 0; i < known_columns.size(); ++i) {
+    if (known_columns[i].fills == m) return i;
+  }
+  return no_slot;
+}
+
+// Whether a row of `known_columns` is the first to name its member (else an alias of it).
+constexpr std::array<bool, known_columns.size()> first_of_member = [] {
+  std::array<bool, known_columns.size()> first{};
+  for (slot i = 0; i < known_columns.size(); ++i) first[i] = slot_of(known_columns[i].fills) == i;
+  return first;
+}();
+
+constexpr slot timestamp_slot = slot_of(special::timestamp);
+constexpr slot index_slot = slot_of(special::index);
+constexpr slot gpu_slot = slot_of(special::gpu);
+constexpr slot pid_slot = slot_of(special::pid);
+constexpr slot process_name_slot = slot_of(special::process_name);
+constexpr slot used_memory_slot = slot_of(special::used_memory);
+constexpr slot uuid_slot = slot_of(&device_sample::uuid);
 
 // Unit suffixes of scripts' own column names (`memory_used_mib`), with the unit they stand for.
 constexpr std::array<std::pair<std::string_view, std::string_view>, 7> name_units{{
@@ -129,14 +167,14 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 7> name_unit
 
 struct column {
   std::string spelled;  // as in the header, trimmed
-  field target{field::none};
+  slot target{no_slot};
   int rank{0};
   std::string unit;  // from `[unit]` or a name suffix
 };
 
-const alias* find_alias(std::string_view name) {
-  for (const auto& a : aliases) {
-    if (a.name == name) return &a;
+const known_column* find_known(std::string_view name) {
+  for (const auto& k : known_columns) {
+    if (k.name == name) return &k;
   }
   return nullptr;
 }
@@ -155,64 +193,23 @@ column classify(std::string_view spelled) {
   for (const char ch : base) {
     key.push_back(ch == '_' ? '.' : static_cast<char>(std::tolower(static_cast<unsigned char>(ch))));
   }
-  const alias* a = find_alias(key);
-  if (a == nullptr) {
-    for (const auto& [suffix, unit] : name_units) {
+  const known_column* k = find_known(key);
+  if (k == nullptr) {
+    for (const auto& [suffix, name_unit] : name_units) {
       if (key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        a = find_alias(std::string_view{key}.substr(0, key.size() - suffix.size()));
-        if (a != nullptr) {
-          if (c.unit.empty()) c.unit = std::string{unit};
+        k = find_known(std::string_view{key}.substr(0, key.size() - suffix.size()));
+        if (k != nullptr) {
+          if (c.unit.empty()) c.unit = std::string{name_unit};
           break;
         }
       }
     }
   }
-  if (a != nullptr) {
-    c.target = a->target;
-    c.rank = a->rank;
+  if (k != nullptr) {
+    c.target = slot_of(k->fills);
+    c.rank = k->rank;
   }
   return c;
-}
-
-// What separates the fields of a table: nvidia-smi's commas, or what a paste has instead.
-enum class separator : std::uint8_t { comma, bar, tab, blanks };
-
-// The trimmed fields of `line` (views into it) as `sep` separates them. `bar`: the outer bars are
-// optional; `tab`: a run of tabs is one separator (tables aligned with several); `blanks`: a tab,
-// or a run of two spaces or more (one space stays inside a value: `1094 MiB`).
-std::vector<std::string_view> split_fields(std::string_view line, separator sep = separator::comma) {
-  if (sep == separator::comma) return mgm::detail::split_trimmed_fields(line);
-  std::string_view body = trim(line);
-  std::vector<std::string_view> out;
-  if (sep == separator::bar) {
-    if (!body.empty() && body.front() == '|') body.remove_prefix(1);
-    if (!body.empty() && body.back() == '|') body.remove_suffix(1);
-    for (std::size_t start = 0;;) {
-      const auto bar = body.find('|', start);
-      out.push_back(trim(body.substr(start, bar == std::string_view::npos ? std::string_view::npos : bar - start)));
-      if (bar == std::string_view::npos) break;
-      start = bar + 1;
-    }
-    return out;
-  }
-  std::size_t start = 0;
-  std::size_t i = 0;
-  while (i < body.size()) {
-    std::size_t run = i;
-    bool has_tab = false;
-    for (; run < body.size() && (body[run] == ' ' || body[run] == '\t'); ++run) {
-      if (body[run] == '\t') has_tab = true;
-    }
-    const std::size_t width = run - i;
-    const bool splits = sep == separator::tab ? has_tab : (has_tab || width >= 2);
-    if (width > 0 && splits) {
-      out.push_back(trim(body.substr(start, i - start)));
-      start = run;
-    }
-    i = width > 0 ? run : i + 1;
-  }
-  out.push_back(trim(body.substr(start)));
-  return out;
 }
 
 // A Markdown or hand-drawn rule under a table's header: `|---|:---:|`, `-----  ----`.
@@ -252,7 +249,7 @@ std::optional<std::vector<column>> as_header(const std::vector<std::string_view>
     }
     if (starts_like_number(f) || f.front() == '[') return std::nullopt;
     columns.push_back(classify(f));
-    if (columns.back().target != field::none) ++known;
+    if (columns.back().target != no_slot) ++known;
   }
   if (known < min_known) return std::nullopt;
   return columns;
@@ -284,8 +281,8 @@ bool is_missing(std::string_view v) {
 struct layout {
   std::vector<column> columns;
   std::size_t line{0};
-  // Per field, its columns in preference order.
-  std::array<std::vector<std::size_t>, static_cast<std::size_t>(field::count)> by_field;
+  // Per slot, its columns in preference order.
+  std::array<std::vector<std::size_t>, known_columns.size()> by_slot;
   bool apps{false};
   bool has_time{false};
   bool mgm{false};
@@ -295,17 +292,17 @@ struct layout {
   explicit layout(std::vector<column> cols, std::size_t at, separator s = separator::comma)
       : columns{std::move(cols)}, line{at}, sep{s} {
     for (std::size_t i = 0; i < columns.size(); ++i) {
-      if (columns[i].target != field::none) by_field[static_cast<std::size_t>(columns[i].target)].push_back(i);
+      if (columns[i].target != no_slot) by_slot[columns[i].target].push_back(i);
       if (columns[i].spelled.size() >= 4 && (columns[i].spelled.compare(0, 4, "mgm.") == 0)) mgm = true;
     }
-    for (auto& list : by_field) {
+    for (auto& list : by_slot) {
       std::stable_sort(list.begin(), list.end(), [&](std::size_t a, std::size_t b) { return columns[a].rank < columns[b].rank; });
     }
-    apps = has(field::pid);
-    has_time = has(field::timestamp);
+    apps = has(pid_slot);
+    has_time = has(timestamp_slot);
   }
-  [[nodiscard]] bool has(field f) const { return !by_field[static_cast<std::size_t>(f)].empty(); }
-  [[nodiscard]] const std::vector<std::size_t>& of(field f) const { return by_field[static_cast<std::size_t>(f)]; }
+  [[nodiscard]] bool has(slot s) const { return !by_slot[s].empty(); }
+  [[nodiscard]] const std::vector<std::size_t>& of(slot s) const { return by_slot[s]; }
 };
 
 // A bad line: its message and the 1-based column in the (NUL-free) line, 0 when none.
@@ -321,9 +318,9 @@ class row_reader {
 
   std::optional<line_error> error;
 
-  // The first non-missing value among the field's columns, or empty.
-  std::optional<std::string_view> raw(field f) {
-    for (const auto i : layout_.of(f)) {
+  // The first non-missing value among the slot's columns, or empty.
+  std::optional<std::string_view> raw(slot s) {
+    for (const auto i : layout_.of(s)) {
       const auto v = fields_[i];
       if (!is_missing(v)) {
         column_ = i;
@@ -334,19 +331,19 @@ class row_reader {
     return std::nullopt;
   }
 
-  std::optional<double> number(field f, std::initializer_list<std::string_view> units) {
-    const auto v = raw(f);
+  std::optional<double> number(slot s, units allowed) {
+    const auto v = raw(s);
     if (!v || error) return std::nullopt;
     const auto n = detail::parse_number_and_unit(*v);
     if (!n) return fail("'" + std::string{*v} + "' is not a number");
-    if (!n->unit.empty() && std::find(units.begin(), units.end(), n->unit) == units.end()) {
+    if (!n->unit.empty() && std::find(allowed.begin(), allowed.end(), n->unit) == allowed.end()) {
       return fail("unexpected unit in '" + std::string{*v} + "'");
     }
     return n->value;
   }
 
-  std::optional<unsigned> whole(field f, std::initializer_list<std::string_view> units) {
-    const auto v = number(f, units);
+  std::optional<unsigned> whole(slot s, units allowed) {
+    const auto v = number(s, allowed);
     if (!v) return std::nullopt;
     if (*v < 0 || *v > 4.3e9 || std::lround(*v) > static_cast<long>(std::numeric_limits<unsigned>::max())) {
       fail("'" + std::string{fields_[column_]} + "' is out of range");
@@ -355,8 +352,8 @@ class row_reader {
     return static_cast<unsigned>(std::lround(*v));
   }
 
-  std::optional<std::uint64_t> bytes(field f) {
-    const auto v = raw(f);
+  std::optional<std::uint64_t> bytes(slot s) {
+    const auto v = raw(s);
     if (!v || error) return std::nullopt;
     const auto n = detail::parse_number_and_unit(*v);
     if (!n) return fail_bytes("'" + std::string{*v} + "' is not a memory size");
@@ -368,9 +365,24 @@ class row_reader {
     return static_cast<std::uint64_t>(std::llround(b));
   }
 
-  std::string text(field f) {
-    const auto v = raw(f);
+  std::string text(slot s) {
+    const auto v = raw(s);
     return v ? std::string{*v} : std::string{};
+  }
+
+  // The GPU's number: its `gpu` column (scripts' own formats) takes precedence over `index`;
+  // empty when the layout has neither. A row without one, or with a bad one, is an error.
+  std::optional<int> gpu_index() {
+    const slot from = layout_.has(gpu_slot) ? gpu_slot : index_slot;
+    if (!layout_.has(from)) return std::nullopt;
+    const auto v = raw(from);
+    if (!v) return fail_row("no GPU index");
+    int value = 0;
+    const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), value);
+    if (ec != std::errc{} || end != v->data() + v->size() || value < 0) {
+      return fail_row("'" + std::string{*v} + "' is not a GPU index");
+    }
+    return value;
   }
 
   std::vector<std::string> take_missing() { return std::move(missing_); }
@@ -386,6 +398,11 @@ class row_reader {
     return std::nullopt;
   }
   std::optional<std::uint64_t> fail_bytes(std::string message) { return fail(std::move(message)); }
+  // An error of the row rather than of a value: no column, no column name.
+  std::nullopt_t fail_row(std::string message) {
+    if (!error) error = line_error{std::move(message), 0};
+    return std::nullopt;
+  }
   std::size_t column_of(std::size_t field_index) const {
     if (field_index >= fields_.size() || fields_[field_index].empty()) return 0;
     return static_cast<std::size_t>(fields_[field_index].data() - text_.data()) + 1;
@@ -397,6 +414,31 @@ class row_reader {
   std::vector<std::string> missing_;
   std::size_t column_{0};
 };
+
+// Fills the members of `s` from the row, in the order of `known_columns` (the GPU's number where
+// the table names `index`), until the first error, which is left in `r.error`.
+void read_sample(row_reader& r, device_sample& s, std::optional<int>& index) {
+  for (slot i = 0; i < known_columns.size() && !r.error; ++i) {
+    if (!first_of_member[i]) continue;  // an alias: its member is read at the member's first row
+    const units values = known_columns[i].values;
+    std::visit(
+        [&](auto m) {
+          using type = decltype(m);
+          if constexpr (std::is_same_v<type, special>) {
+            if (m == special::index) index = r.gpu_index();  // the others are not a device's
+          } else if constexpr (std::is_same_v<type, text_member>) {
+            s.*m = r.text(i);
+          } else if constexpr (std::is_same_v<type, bytes_member>) {
+            s.*m = r.bytes(i);
+          } else if constexpr (std::is_same_v<type, number_member>) {
+            s.*m = r.number(i, values);
+          } else {
+            s.*m = r.whole(i, values);
+          }
+        },
+        known_columns[i].fills);
+  }
+}
 
 [[noreturn]] void fail_csv(std::size_t line, std::size_t column, const std::string& why) {
   throw parse_error::at("nvidia-smi CSV", line, column, why);
@@ -418,7 +460,7 @@ gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
     for (const auto& c : options.columns) cols.push_back(classify(c));
     current.emplace(std::move(cols), 0);
     current->sep_known = false;
-    if (!current->has(field::timestamp)) log.has_timestamps = false;
+    if (!current->has(timestamp_slot)) log.has_timestamps = false;
     if (current->mgm) log.format = "mgm-csv";
   }
   std::map<std::string, std::size_t> rows_per_gpu;      // for logs without timestamps
@@ -435,7 +477,7 @@ gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
     if (auto head = find_header(line.text)) {
       if (options.columns.empty()) {
         current.emplace(std::move(head->columns), line.number, head->sep);
-        if (!current->has(field::timestamp)) log.has_timestamps = false;
+        if (!current->has(timestamp_slot)) log.has_timestamps = false;
         if (current->mgm) log.format = "mgm-csv";
       }
       continue;  // with `columns` given, the file's header is skipped
@@ -463,7 +505,7 @@ gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
 
     std::optional<clock::time_point> time;
     if (l.has_time) {
-      const auto t = r.raw(field::timestamp);
+      const auto t = r.raw(timestamp_slot);
       if (!t) {
         issue(line, {"no timestamp", 0});
         continue;
@@ -478,8 +520,8 @@ gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
     if (l.apps) {
       process_row row;
       row.time = time.value_or(clock::time_point{});
-      row.gpu_uuid = r.text(field::uuid);
-      const auto pid = r.raw(field::pid);
+      row.gpu_uuid = r.text(uuid_slot);
+      const auto pid = r.raw(pid_slot);
       std::uint32_t value = 0;
       if (!pid) {
         issue(line, {"no pid", 0});
@@ -491,8 +533,8 @@ gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
         continue;
       }
       row.process.pid = value;
-      row.process.name = r.text(field::process_name);
-      row.process.used_bytes = r.bytes(field::used_memory);
+      row.process.name = r.text(process_name_slot);
+      row.process.used_bytes = r.bytes(used_memory_slot);
       if (r.error) {
         issue(line, *r.error);
         continue;
@@ -502,43 +544,8 @@ gpu_log read_smi_csv(std::string_view text, const log_read_options& options) {
     }
 
     device_sample s;
-    s.name = r.text(field::name);
-    s.uuid = r.text(field::uuid);
-    s.pci_bus_id = r.text(field::bus_id);
-    const field index_field = l.has(field::gpu) ? field::gpu : field::index;
     std::optional<int> index;
-    if (l.has(index_field)) {
-      const auto v = r.raw(index_field);
-      int value = 0;
-      if (!v) {
-        issue(line, {"no GPU index", 0});
-        continue;
-      }
-      const auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), value);
-      if (ec != std::errc{} || end != v->data() + v->size() || value < 0) {
-        issue(line, {"'" + std::string{*v} + "' is not a GPU index", 0});
-        continue;
-      }
-      index = value;
-    }
-    s.memory_total = r.bytes(field::memory_total);
-    s.memory_used = r.bytes(field::memory_used);
-    s.memory_free = r.bytes(field::memory_free);
-    s.memory_reserved = r.bytes(field::memory_reserved);
-    s.temperature_c = r.number(field::temperature, {"C", "\xC2\xB0" "C"});
-    s.power_draw_w = r.number(field::power_draw, {"W"});
-    s.power_limit_w = r.number(field::power_limit, {"W"});
-    s.clock_sm_mhz = r.whole(field::clock_sm, {"MHz"});
-    s.clock_mem_mhz = r.whole(field::clock_mem, {"MHz"});
-    s.pcie_gen = r.whole(field::pcie_gen, {});
-    s.pcie_width = r.whole(field::pcie_width, {"x"});
-    s.utilization_gpu_pct = r.whole(field::utilization_gpu, {"%"});
-    s.utilization_mem_pct = r.whole(field::utilization_mem, {"%"});
-    s.pcie_rx_mb_s = r.number(field::pcie_rx, {"MB/s"});
-    s.pcie_tx_mb_s = r.number(field::pcie_tx, {"MB/s"});
-    s.nvlink_up = r.whole(field::nvlink_up, {});
-    s.pool_allocated = r.bytes(field::pool_allocated);
-    s.pool_reserved = r.bytes(field::pool_reserved);
+    read_sample(r, s, index);
     if (r.error) {
       issue(line, *r.error);
       continue;

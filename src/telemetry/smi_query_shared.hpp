@@ -14,6 +14,7 @@
 #pragma once
 
 #include <mgm/error.hpp>
+#include "text.hpp"
 
 #include <mgm/telemetry/log_format.hpp>
 

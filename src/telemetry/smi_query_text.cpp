@@ -1,4 +1,5 @@
 // `nvidia-smi -q` and `-q -d MEMORY,...` text logs, runs one after another (see smi_query_shared.hpp).
+#include "log_internal.hpp"
 #include "smi_query_shared.hpp"
 
 namespace mgm::telemetry {

@@ -281,31 +281,4 @@ class jsonl_sink {
   std::ostream* out_;
 };
 
-namespace detail {
-/// One line of a log as the readers see it: NUL bytes and a final CR removed.
-struct log_line {
-  std::string text;
-  std::size_t number{0};  ///< 1-based
-  bool had_nul{false};
-};
-/// The lines of `text` (a final line end does not start another line; a UTF-8 BOM is dropped).
-[[nodiscard]] std::vector<log_line> split_log_lines(std::string_view text);
-/// `text` without leading and trailing spaces and tabs.
-[[nodiscard]] std::string_view trim(std::string_view text) noexcept;
-/// A finite number at the start of `text` (after spaces) and what follows it, trimmed; empty
-/// when `text` does not start with one.
-struct number_and_unit {
-  double value{0.0};
-  std::string_view unit;
-};
-[[nodiscard]] std::optional<number_and_unit> parse_number_and_unit(std::string_view text) noexcept;
-
-/// @brief Bytes per unit of a memory size as logs write it (`MiB`/`MB`, `GiB`/`GB`, `KiB`/`KB`,
-/// `B`; none: MiB, nvidia-smi's unit); empty for any other unit.
-[[nodiscard]] std::optional<double> bytes_per_memory_unit(std::string_view unit) noexcept;
-/// True for a line only `nvidia-smi -q` text has: its `=...NVSMI LOG...=` banner, or a
-/// `GPU 00000000:07:00.0` section head at the left margin.
-[[nodiscard]] bool is_smi_query_text_line(std::string_view line) noexcept;
-}  // namespace detail
-
 }  // namespace mgm::telemetry
