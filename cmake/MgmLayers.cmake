@@ -20,9 +20,10 @@ function(mgm_layer name)
       target_link_libraries(${target} PUBLIC mgm_${dep})
     endforeach()
     mgm_set_warnings(${target})
-    # fmt, header-only, for the layer's own number formatting: build-only, so the exported
-    # targets carry no dependency on it.
-    target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:fmt::fmt-header-only>)
+    # fmt, header-only, for the layer's own number formatting: its headers only (see
+    # CMakeLists.txt), so the exported targets carry no dependency on it.
+    target_include_directories(${target} SYSTEM PRIVATE ${MGM_FMT_INCLUDE})
+    target_compile_definitions(${target} PRIVATE FMT_HEADER_ONLY=1)
   else()
     add_library(${target} INTERFACE)
     foreach(dep IN LISTS L_DEPS)
