@@ -1,4 +1,4 @@
-// The caching pool's words: statistics as text, snapshots as JSON and trace events, and the
+// The caching pool's words: statistics as text, snapshots as JSON and trace events (nlohmann-json), and the
 // out-of-memory message.
 #include <mgm/bytes.hpp>
 #include <mgm/pool/caching_pool.hpp>
@@ -6,9 +6,9 @@
 #include <mgm/pool/pool_statistics.hpp>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <iterator>
 #include <string>
 
 namespace mgm {
@@ -19,22 +19,10 @@ void add(stat& a, const stat& b) {
   a.peak += b.peak;
   a.total += b.total;
 }
-std::string hex(std::uintptr_t v) {
-  return fmt::format("\"0x{:x}\"", v);
-}
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
+std::string hex(std::uintptr_t v) { return fmt::format("0x{:x}", v); }
+// Tags are the user's bytes: anything not UTF-8 is written as U+FFFD rather than refused.
+std::string dump(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 const char* state_name(block_snapshot::state_type s) {
   switch (s) {
@@ -96,49 +84,40 @@ std::size_t pool_snapshot::bytes_in(block_snapshot::state_type s) const noexcept
 }
 
 std::string pool_snapshot::to_json() const {
-  std::string out = "{\"device\":" + std::to_string(device) + ",\"segments\":[";
-  for (std::size_t i = 0; i < segments.size(); ++i) {
-    const auto& seg = segments[i];
-    out += std::string{i ? "," : ""} + "{\"address\":" + hex(seg.address) + ",\"size\":" + std::to_string(seg.size) +
-           ",\"pool\":\"" + (seg.small ? "small" : "large") + "\",\"expandable\":" + (seg.expandable ? "true" : "false") +
-           ",\"blocks\":[";
-    for (std::size_t j = 0; j < seg.blocks.size(); ++j) {
-      const auto& b = seg.blocks[j];
-      out += std::string{j ? "," : ""} + "{\"address\":" + hex(b.address) + ",\"size\":" + std::to_string(b.size) +
-             ",\"requested\":" + std::to_string(b.requested) + ",\"state\":\"" + state_name(b.state) +
-             "\",\"stream\":" + hex(b.stream) + ",\"tag\":" + json_string(b.tag) + "}";
+  using json = nlohmann::ordered_json;
+  json segs = json::array();
+  for (const auto& seg : segments) {
+    json blocks = json::array();
+    for (const auto& b : seg.blocks) {
+      blocks.push_back({{"address", hex(b.address)}, {"size", b.size}, {"requested", b.requested},
+                        {"state", state_name(b.state)}, {"stream", hex(b.stream)}, {"tag", b.tag}});
     }
-    out += "]}";
+    segs.push_back({{"address", hex(seg.address)}, {"size", seg.size}, {"pool", seg.small ? "small" : "large"},
+                    {"expandable", seg.expandable}, {"blocks", std::move(blocks)}});
   }
-  return out + "]}";
+  return dump(json{{"device", device}, {"segments", std::move(segs)}});
 }
 
 std::string pool_snapshot::to_chrome_trace() const {
-  std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
-  bool first = true;
-  const auto emit = [&](const std::string& e) {
-    out += (first ? "" : ",") + e;
-    first = false;
-  };
-  emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(device) +
-       ",\"args\":{\"name\":\"device " + std::to_string(device) + " pool (time axis: offset in KiB)\"}}");
+  using json = nlohmann::ordered_json;
+  json events = json::array();
+  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", device},
+                    {"args", {{"name", fmt::format("device {} pool (time axis: offset in KiB)", device)}}}});
   for (std::size_t i = 0; i < segments.size(); ++i) {
     const auto& seg = segments[i];
-    const std::string tid = std::to_string(i);
-    const std::string name = fmt::format("segment 0x{:x} ({})", seg.address, format_bytes(seg.size));
-    emit("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(device) + ",\"tid\":" + tid +
-         ",\"args\":{\"name\":" + json_string(name) + "}}");
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", device}, {"tid", i},
+                      {"args", {{"name", fmt::format("segment 0x{:x} ({})", seg.address, format_bytes(seg.size))}}}});
     for (const auto& b : seg.blocks) {
-      const std::string ts = fmt::format("{:.3f}", static_cast<double>(b.address - seg.address) / 1024.0);
-      const std::string dur = fmt::format("{:.3f}", static_cast<double>(b.size) / 1024.0);
-      const std::string label = std::string{state_name(b.state)} + (b.tag.empty() ? "" : " " + b.tag);
-      emit("{\"ph\":\"X\",\"pid\":" + std::to_string(device) + ",\"tid\":" + tid + ",\"ts\":" + ts +
-           ",\"dur\":" + dur + ",\"name\":" + json_string(label) + ",\"cat\":\"" + state_name(b.state) +
-           "\",\"args\":{\"address\":" + hex(b.address) + ",\"size\":" + std::to_string(b.size) +
-           ",\"requested\":" + std::to_string(b.requested) + ",\"stream\":" + hex(b.stream) + "}}");
+      events.push_back({{"ph", "X"}, {"pid", device}, {"tid", i},
+                        {"ts", static_cast<double>(b.address - seg.address) / 1024.0},  // offset in KiB
+                        {"dur", static_cast<double>(b.size) / 1024.0},
+                        {"name", std::string{state_name(b.state)} + (b.tag.empty() ? "" : " " + b.tag)},
+                        {"cat", state_name(b.state)},
+                        {"args", {{"address", hex(b.address)}, {"size", b.size}, {"requested", b.requested},
+                                  {"stream", hex(b.stream)}}}});
     }
   }
-  return out + "]}";
+  return dump(json{{"displayTimeUnit", "ns"}, {"traceEvents", std::move(events)}});
 }
 
 namespace detail {

@@ -12,6 +12,7 @@
 #include <mgm/tag.hpp>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstring>
@@ -469,6 +470,25 @@ TEST_CASE("pool: snapshots list every segment and block, with tags", "[pool][sna
   REQUIRE(trace.find("\"name\":\"allocated layer3.fc\"") != std::string::npos);
   s.pool.deallocate(a, 1000);
   s.pool.deallocate(b, 3 * MiB);
+}
+
+TEST_CASE("pool: snapshot JSON is valid whatever the tag holds", "[pool][snapshot]") {
+  sim_setup s;
+  void* a = nullptr;
+  {
+    mgm::tag_scope tag{"say \"hi\"\n\tback\\slash \xff"};  // quotes, controls, a byte that is not UTF-8
+    a = s.pool.allocate(4096);
+  }
+  const auto snap = s.pool->snapshot();
+  const auto json = nlohmann::json::parse(snap.to_json());
+  const auto& block = json["segments"][0]["blocks"][0];
+  REQUIRE(block["tag"] == "say \"hi\"\n\tback\\slash \xef\xbf\xbd");  // U+FFFD for the stray byte
+  REQUIRE(block["state"] == "allocated");
+  REQUIRE(block["address"].get<std::string>().starts_with("0x"));
+  const auto trace = nlohmann::json::parse(snap.to_chrome_trace());
+  REQUIRE(trace["displayTimeUnit"] == "ns");
+  REQUIRE(trace["traceEvents"].size() == 2 + snap.segments[0].blocks.size());
+  s.pool.deallocate(a, 4096);
 }
 
 TEST_CASE("pool options: MGM_ALLOC_CONF", "[pool][options]") {

@@ -101,8 +101,8 @@ void add_log(CLI::App& app, context& ctx) {
       std::printf("%zu sample%s written to %s%s\n", taken, taken == 1 ? "" : "s", o->output.c_str(),
                   g_interrupted.load() ? " (interrupted; the file is complete)" : "");
     } else {
-      std::printf("{\"samples\": %zu, \"output\": %s, \"interrupted\": %s}\n", taken,
-                  nlohmann::json(o->output).dump().c_str(), g_interrupted.load() ? "true" : "false");
+      const nlohmann::ordered_json j{{"samples", taken}, {"output", o->output}, {"interrupted", g_interrupted.load()}};
+      std::printf("%s\n", j.dump().c_str());
     }
   });
 }

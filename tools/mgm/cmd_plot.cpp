@@ -37,8 +37,8 @@ void add_plot(CLI::App& app, context& ctx) {
     out << svg_timeline(t, log, reports);
     if (!out) throw tool_error{exit_bad_input, "cannot write " + *output};
     if (ctx.json) {
-      std::printf("{\"output\": %s, \"gpus\": %zu}\n", nlohmann::json(*output).dump().c_str(),
-                  static_cast<std::size_t>(std::count_if(reports.begin(), reports.end(), [](const auto& r) { return !r.pid; })));
+      const auto gpus = std::count_if(reports.begin(), reports.end(), [](const auto& r) { return !r.pid; });
+      std::printf("%s\n", nlohmann::ordered_json{{"output", *output}, {"gpus", gpus}}.dump().c_str());
     } else {
       std::printf("wrote %s\n", output->c_str());
     }

@@ -23,6 +23,25 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+// {"k": v, "list": [\n  element,\n  element\n]}: the top-level object of a document on one line,
+// each element of its arrays on a line of its own, compact within.
+std::string json_one_element_per_line(const nlohmann::ordered_json& doc) {
+  std::string out = "{";
+  bool first_key = true;
+  for (const auto& [key, value] : doc.items()) {
+    out += (first_key ? "" : ", ") + nlohmann::ordered_json(key).dump() + ": ";
+    first_key = false;
+    if (!value.is_array()) {
+      out += value.dump();
+      continue;
+    }
+    out += "[";
+    for (std::size_t i = 0; i < value.size(); ++i) out += (i ? ",\n  " : "\n  ") + value[i].dump();
+    out += "\n]";
+  }
+  return out + "}\n";
+}
+
 }  // namespace
 
 void add_replay(CLI::App& app, context& ctx) {
@@ -148,22 +167,16 @@ void add_replay(CLI::App& app, context& ctx) {
     }
 
     if (ctx.json) {
-      std::string out = "{\"on\": \"" + std::string{on_gpu ? "gpu" : "sim"} + "\", \"results\": [";
-      bool first = true;
+      // Built with nlohmann-json; laid out one result per line, so that runs diff line by line.
+      using json = nlohmann::ordered_json;
+      json results = json::array();
+      json parallel = json::array();
       for (const auto& run : runs) {
-        for (const auto& r : run.per_device) {
-          out += (first ? "\n  " : ",\n  ") + r.to_json();
-          first = false;
-        }
+        for (const auto& r : run.per_device) results.push_back(json::parse(r.to_json()));
+        parallel.push_back(json::parse(run.to_json()));
       }
-      out += "\n], \"data_parallel\": [";
-      first = true;
-      for (const auto& run : runs) {
-        out += (first ? "\n  " : ",\n  ") + run.to_json();
-        first = false;
-      }
-      out += "\n]}\n";
-      std::printf("%s", out.c_str());
+      const json doc{{"on", on_gpu ? "gpu" : "sim"}, {"results", std::move(results)}, {"data_parallel", std::move(parallel)}};
+      std::printf("%s", json_one_element_per_line(doc).c_str());
       return;
     }
     std::printf("Replays on %s, %d iteration%s, %d device%s in parallel%s\n\n",
