@@ -15,7 +15,7 @@ namespace mgm {
 namespace {
 
 constexpr std::size_t step = std::size_t{2} << 20;  // the fit's resolution
-constexpr std::array<std::string_view, 4> names{"pool", "direct", "cub", "pmr"};
+constexpr std::array<std::string_view, 5> names{"pool", "direct", "cub", "pmr", "bump"};
 
 std::size_t round_step(std::size_t bytes) { return (bytes + step - 1) / step * step; }
 
@@ -104,7 +104,7 @@ replay_result replay_on_sim(const compiled_trace& t, std::string_view allocator,
   MGM_EXPECTS(o.iterations >= 1, "a replay needs at least one iteration");
   bool known = false;
   for (const auto n : names) known = known || n == allocator;
-  MGM_EXPECTS(known, "unknown allocator '" + std::string{allocator} + "'; the allocators are pool, direct, cub, pmr");
+  MGM_EXPECTS(known, "unknown allocator '" + std::string{allocator} + "'; the allocators are pool, direct, cub, pmr, bump");
 
   replay_result r;
   r.trace = t.name;

@@ -4,6 +4,7 @@
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/sim/judged.hpp>
 
+#include <cstddef>
 #include <memory_resource>
 #include <string>
 
@@ -58,6 +59,41 @@ class pmr_target final : public replay_target {
   std::pmr::unsynchronized_pool_resource pool_;
 };
 
+// The floor for host time: one arena, the device's largest free range taken in one call, and a
+// pointer bumped through it; frees are ignored and the pointer wraps to the start when a request
+// passes the end. Addresses are reused without regard for what is live, so it is never judged:
+// it prices the replay's own work per event, not a way to manage memory.
+class bump_target final : public replay_target {
+ public:
+  bump_target(sim::machine& m, device_id d)
+      : upstream_{m.allocator(d)}, bytes_{m.memory(d).largest_free_bytes / 256 * 256} {
+    MGM_EXPECTS(bytes_ > 0, "bump: the device has no free memory for its arena");
+    base_ = static_cast<std::byte*>(upstream_.allocate(bytes_, 256));
+    next_ = base_;
+  }
+  ~bump_target() override { upstream_.deallocate(base_, bytes_, 256); }
+  bump_target(const bump_target&) = delete;
+  bump_target& operator=(const bump_target&) = delete;
+
+  void* allocate(std::size_t bytes, stream_ref) override {
+    const std::size_t need = (bytes + 255) & ~std::size_t{255};
+    if (static_cast<std::size_t>(base_ + bytes_ - next_) < need) {
+      if (need > bytes_) throw out_of_memory{"bump: a request larger than its whole arena", bytes};
+      next_ = base_;
+    }
+    void* p = next_;
+    next_ += need;
+    return p;
+  }
+  void deallocate(void*, std::size_t, stream_ref) noexcept override {}
+
+ private:
+  sim::device_allocator upstream_;
+  std::size_t bytes_;
+  std::byte* base_{nullptr};
+  std::byte* next_{nullptr};
+};
+
 class null_target final : public replay_target {
  public:
   void* allocate(std::size_t bytes, stream_ref) override {
@@ -107,15 +143,16 @@ std::unique_ptr<replay_target> make_null_target() { return std::make_unique<null
 
 std::unique_ptr<replay_target> make_replay_target(std::string_view name, sim::machine& m, device_id d,
                                                   const pool_options& options, bool judge) {
-  if (judge && name != "null") {
+  if (judge && name != "null" && name != "bump") {  // both reuse addresses on purpose
     return std::make_unique<judged_target>(m, make_replay_target(name, m, d, options, false));
   }
   if (name == "pool") return std::make_unique<pool_target>(m, d, options);
   if (name == "direct") return std::make_unique<direct_target>(m, d);
   if (name == "cub") return make_cub_target(m, d);
   if (name == "pmr") return std::make_unique<pmr_target>(m, d);
+  if (name == "bump") return std::make_unique<bump_target>(m, d);
   if (name == "null") return make_null_target();
-  MGM_FAIL("unknown allocator '" + std::string{name} + "' for a replay; the allocators are pool, direct, cub, pmr");
+  MGM_FAIL("unknown allocator '" + std::string{name} + "' for a replay; the allocators are pool, direct, cub, pmr, bump");
 }
 
 }  // namespace mgm::detail

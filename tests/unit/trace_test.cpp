@@ -169,6 +169,16 @@ TEST_CASE("replay: the six-event trace has the answers worked out by hand", "[tr
   REQUIRE(pmr.peak_live_bytes == 5 * MiB);
   REQUIRE(pmr.fit->capacity_bytes >= 6 * MiB);
 
+  // bump: one arena (the whole device) taken once, nothing after it, and never judged.
+  o.fit = false;
+  const auto bump = mgm::replay_on_sim(t, "bump", o);
+  REQUIRE(bump.upstream_allocations == 1);
+  REQUIRE(bump.upstream_frees == 0);  // the arena goes back at the teardown, which is not counted
+  REQUIRE(bump.upstream_calls_after_first_iteration == 0);
+  REQUIRE(bump.peak_reserved_bytes == o.capacity_bytes);
+  REQUIRE(bump.hazards == 0u);
+  o.fit = true;
+
   const std::string json = pool.to_json();
   for (const char* key : {"\"trace\":\"six\"", "\"allocator\":\"pool\"", "\"device\":0", "\"iterations\":2", "\"events\":6",
                           "\"host_ns_per_event\":", "\"events_per_second\":", "\"upstream_allocations\":2",

@@ -59,9 +59,9 @@ void add_replay(CLI::App& app, context& ctx) {
   };
   auto o = std::make_shared<options>();
   cmd->add_option("traces", o->traces, "RMM-format CSV traces (logging_resource_adaptor)")->required();
-  cmd->add_option("--allocator", o->allocators, "pool, direct, cub (simulator or GPU), pmr (simulator), async (GPU only); a list compares them")
+  cmd->add_option("--allocator", o->allocators, "pool, direct, cub (simulator or GPU), pmr and bump (simulator), async (GPU only); a list compares them")
       ->delimiter(',')
-      ->check(CLI::IsMember({"pool", "direct", "cub", "pmr", "async"}))
+      ->check(CLI::IsMember({"pool", "direct", "cub", "pmr", "bump", "async"}))
       ->capture_default_str();
   cmd->add_option("--devices", o->devices, "Devices replaying the trace at once, one thread each")->check(count_at_least(1));
   cmd->add_option("--iterations", o->iterations, "Times each trace is replayed")->check(count_at_least(1))->capture_default_str();
@@ -105,14 +105,14 @@ void add_replay(CLI::App& app, context& ctx) {
     }
     for (const auto& a : o->allocators) {
       if (!on_gpu && a == "async" && !ctx.simulated()) {
-        no_gpu("--allocator async is cudaMallocAsync: it needs a GPU; the simulator (--sim) has pool, direct, cub and pmr");
+        no_gpu("--allocator async is cudaMallocAsync: it needs a GPU; the simulator (--sim) has pool, direct, cub, pmr and bump");
       }
       if (!on_gpu && a == "async") {
         throw tool_error{exit_bad_input, "--allocator async is cudaMallocAsync: it needs a GPU (the simulator has pool, "
-                                         "direct, cub and pmr)"};
+                                         "direct, cub, pmr and bump)"};
       }
-      if (on_gpu && a == "pmr") {
-        throw tool_error{exit_bad_input, "--allocator pmr replays on the simulator only (use --sim)"};
+      if (on_gpu && (a == "pmr" || a == "bump")) {
+        throw tool_error{exit_bad_input, "--allocator " + a + " replays on the simulator only (use --sim)"};
       }
     }
     if (on_gpu && o->fit) throw tool_error{exit_bad_input, "--fit searches capacities on the simulator only (use --sim)"};

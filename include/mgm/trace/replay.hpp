@@ -88,7 +88,9 @@ struct replay_options {
 
 /// @brief The allocators a trace can be replayed through on the simulator: `pool` (our caching
 /// pool), `direct` (the upstream for every block), `cub` (CUB's CachingDeviceAllocator, power-of-two
-/// bins from 256 B to 256 MiB), `pmr` (`std::pmr::unsynchronized_pool_resource` over the device).
+/// bins from 256 B to 256 MiB), `pmr` (`std::pmr::unsynchronized_pool_resource` over the device),
+/// `bump` (one arena and a bumped pointer, frees ignored: the floor for host time, never judged,
+/// whose memory figures are the whole arena).
 [[nodiscard]] std::span<const std::string_view> replay_allocators() noexcept;
 
 /// @brief Replays `t` through `allocator` on a simulated device of `options.capacity_bytes`.
