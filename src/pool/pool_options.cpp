@@ -14,7 +14,7 @@ struct key {
   std::size_t pool_options::*field;
   std::size_t scale;  // max_split_size_mb takes MiB
 };
-constexpr std::array<key, 9> keys{{
+constexpr std::array<key, 10> keys{{
     {"round", &pool_options::round_bytes, 1},
     {"small_request", &pool_options::small_request_bytes, 1},
     {"small_segment", &pool_options::small_segment_bytes, 1},
@@ -24,6 +24,7 @@ constexpr std::array<key, 9> keys{{
     {"max_split_size", &pool_options::max_split_bytes, 1},
     {"max_split_size_mb", &pool_options::max_split_bytes, std::size_t{1} << 20},
     {"release_threshold", &pool_options::release_threshold_bytes, 1},
+    {"map_chunk", &pool_options::map_chunk_bytes, 1},
 }};
 
 [[noreturn]] void fail(std::string_view conf, std::size_t column, const std::string& why) {
@@ -114,6 +115,7 @@ void pool_options::validate() const {
   MGM_EXPECTS(small_request_bytes < (std::size_t{1} << 32), "pool_options: small_request must be below 4 GiB");
   MGM_EXPECTS(small_segment_bytes <= large_segment_bytes, "pool_options: small_segment must be at most large_segment");
   MGM_EXPECTS(segment_round_bytes > 0, "pool_options: segment_round must be positive");
+  MGM_EXPECTS(map_chunk_bytes > 0, "pool_options: map_chunk must be positive");
 }
 
 std::string pool_options::to_string() const {

@@ -120,3 +120,54 @@ TEST_CASE("expandable: growth maps only what the request needs (max_split keeps 
   REQUIRE(pool->reserved_bytes() == 120 * MiB);  // the 100 MiB stay cached, 20 MiB more are mapped
   pool.deallocate(p, 20 * MiB);
 }
+
+TEST_CASE("expandable: a growth maps in chunks of map_chunk_bytes, and gives them back whole", "[pool][expandable]") {
+  using mgm::sim::driver_call;
+  mgm::sim::machine m{mgm::sim::parse_device_list("4GiB")};
+  const device_id d{0};
+  mgm::pool_options o;  // map_chunk_bytes: 32 MiB
+  sim_pool raw_pool{m.allocator(d), o};
+  mgm::sim::judged pool{m, raw_pool};
+  void* p = pool.allocate(100 * MiB);  // 32 + 32 + 32 + 4 MiB: four handles, four maps, one access call
+  REQUIRE(m.modelled(d).count(driver_call::create) == 4);
+  REQUIRE(m.modelled(d).count(driver_call::map) == 4);
+  REQUIRE(m.modelled(d).count(driver_call::set_access) == 1);
+  REQUIRE(pool->statistics().upstream_allocations == 4);
+  std::memset(p, 0x7E, 100 * MiB);
+  // A block that covers only part of a chunk keeps it: 40 MiB live in the first two chunks.
+  pool.deallocate(p, 100 * MiB);
+  void* q = pool.allocate(40 * MiB);
+  REQUIRE(q == p);
+  (void)pool->release();
+  REQUIRE(pool->reserved_bytes() == 64 * MiB);  // chunks 3 and 4 went back whole; 1 and 2 hold q
+  REQUIRE(m.modelled(d).count(driver_call::unmap) == 2);  // one call per chunk
+  REQUIRE(m.modelled(d).count(driver_call::release) == 2);
+  pool.deallocate(q, 40 * MiB);
+  (void)pool->release();
+  REQUIRE(pool->reserved_bytes() == 0);
+  REQUIRE(m.memory(d).used_bytes == 0);
+  REQUIRE(m.hazards().empty());  // the judge saw no partial unmap, no mapping over a mapping
+}
+
+TEST_CASE("expandable: near the device's end, growth maps single granules", "[pool][expandable]") {
+  using mgm::sim::driver_call;
+  mgm::sim::machine m{mgm::sim::parse_device_list("1GiB")};
+  const device_id d{0};
+  sim_pool raw_pool{m.allocator(d), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
+  void* a = pool.allocate(900 * MiB);  // leaves 124 MiB free, more than 1/32 of the device: chunks
+  const auto chunks = m.modelled(d).count(driver_call::create);
+  REQUIRE(chunks == 29);  // 28 of 32 MiB and one of 4 MiB
+  void* b = pool.allocate(100 * MiB);  // would leave 24 MiB, under 1/32 (32 MiB): granules
+  REQUIRE(m.modelled(d).count(driver_call::create) - chunks == 50);
+  // So a release under the limit can give back any 2 MiB of it.
+  pool.deallocate(b, 100 * MiB);
+  void* c = pool.allocate(10 * MiB);
+  (void)pool->release();
+  REQUIRE(pool->reserved_bytes() == 910 * MiB);
+  pool.deallocate(c, 10 * MiB);
+  pool.deallocate(a, 900 * MiB);
+  (void)pool->release();
+  REQUIRE(m.memory(d).used_bytes == 0);
+  REQUIRE(m.hazards().empty());
+}

@@ -211,19 +211,19 @@ TEST_CASE("replay: expandable segments priced call by call", "[trace][replay][co
   using mgm::sim::driver_call;
   const auto calls = [&](driver_call k) { return (*r.driver_calls)[static_cast<int>(k)]; };
   const auto secs = [&](driver_call k) { return r.modelled_driver_seconds->by_kind[static_cast<int>(k)]; };
-  // First iteration: one reservation (19 us), six fresh 2 MiB handles (143 + 2 x 1 = 145 us each),
-  // six maps (1.5 us), one set_access over six granules for the owner (36 + 5 x 9.4 = 83 us).
-  // The second reuses the mapped block: nothing more.
+  // First iteration: one reservation (19 us), one chunk of six granules (pool_options::map_chunk_bytes
+  // is 32 MiB): one fresh handle (143 + 12 x 1 = 155 us), one map (1.5 us), one set_access over six
+  // granules for the owner (36 + 5 x 9.4 = 83 us). The second reuses the mapped block: nothing more.
   REQUIRE(calls(driver_call::reserve) == 1);
-  REQUIRE(calls(driver_call::create) == 6);
-  REQUIRE(calls(driver_call::map) == 6);
+  REQUIRE(calls(driver_call::create) == 1);
+  REQUIRE(calls(driver_call::map) == 1);
   REQUIRE(calls(driver_call::set_access) == 1);
   REQUIRE(calls(driver_call::malloc) == 0);
   REQUIRE(secs(driver_call::reserve) == Approx(19e-6));
-  REQUIRE(secs(driver_call::create) == Approx(6 * 145e-6));
-  REQUIRE(secs(driver_call::map) == Approx(6 * 1.5e-6));
+  REQUIRE(secs(driver_call::create) == Approx(155e-6));
+  REQUIRE(secs(driver_call::map) == Approx(1.5e-6));
   REQUIRE(secs(driver_call::set_access) == Approx(83e-6));
-  REQUIRE(r.modelled_driver_seconds->total == Approx((19 + 870 + 9 + 83) * 1e-6));
+  REQUIRE(r.modelled_driver_seconds->total == Approx((19 + 155 + 1.5 + 83) * 1e-6));
   REQUIRE(r.modelled_driver_seconds->after_first_iteration == 0.0);
   REQUIRE(r.upstream_calls_after_first_iteration == 0);
   // The floor: one handle of the peak: reserve 19 + create 143 + 12 + map 1.5 + set_access 83.
@@ -237,8 +237,8 @@ TEST_CASE("replay: expandable segments priced call by call", "[trace][replay][co
   const auto low = mgm::replay_on_sim(t, "pool", o);
   REQUIRE(high.modelled_driver_seconds->total > r.modelled_driver_seconds->total);
   REQUIRE(low.modelled_driver_seconds->total < r.modelled_driver_seconds->total);
-  // high: create 320 + 2 x 1 per handle; set_access 54 + 5 x 9.4.
-  REQUIRE(high.modelled_driver_seconds->by_kind[static_cast<int>(driver_call::create)] == Approx(6 * 322e-6));
+  // high: create 320 + 12 x 1 for the one chunk; set_access 54 + 5 x 9.4.
+  REQUIRE(high.modelled_driver_seconds->by_kind[static_cast<int>(driver_call::create)] == Approx(332e-6));
   REQUIRE(high.modelled_driver_seconds->by_kind[static_cast<int>(driver_call::set_access)] == Approx(101e-6));
 }
 

@@ -74,7 +74,8 @@ void add_replay(CLI::App& app, context& ctx) {
   cmd->add_flag("--judge", o->judge,
                 "Judge every hand-out on the simulator (stream safety, graphs, virtual memory); counts hazards. "
                 "Host time then includes the judge");
-  cmd->footer("Example: mgm --sim dgx-h100 replay resnet50.rmm_log.csv --allocator pool,cub,direct --devices 4 --iterations 6");
+  cmd->footer("The pool takes its options from MGM_ALLOC_CONF, as in a program.\n"
+              "Example: mgm --sim dgx-h100 replay resnet50.rmm_log.csv --allocator pool,cub,direct --devices 4 --iterations 6");
   cmd->callback([&ctx, o] {
     // Where: the simulator unless a GPU is present and --sim is absent.
     const bool on_gpu = !ctx.simulated() && mgm::device_count() > 0;
@@ -138,6 +139,11 @@ void add_replay(CLI::App& app, context& ctx) {
     ro.iterations = o->iterations;
     ro.fit = o->fit;
     ro.judge = o->judge;
+    try {
+      ro.pool = mgm::pool_options::from_env();  // MGM_ALLOC_CONF, as the pool reads it in a program
+    } catch (const std::exception& e) {
+      throw tool_error{exit_bad_input, e.what()};
+    }
     if (on_gpu && o->judge) throw tool_error{exit_bad_input, "--judge judges replays on the simulator only (use --sim)"};
     ro.costs = o->cost_model == "low"    ? mgm::sim::cost_model::low()
                : o->cost_model == "high" ? mgm::sim::cost_model::high()

@@ -15,7 +15,7 @@ namespace mgm {
 /// `MGM_ALLOC_CONF` sets them as `key:value,...` (as `PYTORCH_CUDA_ALLOC_CONF` does), sizes as
 /// `parse_bytes` reads them: `round`, `small_request`, `small_segment`, `large_segment`,
 /// `large_direct`, `segment_round`, `max_split_size` (also PyTorch's `max_split_size_mb`, a
-/// number of MiB), `release_threshold`, `expandable_segments` and `check_invariants` (`True`/`False`).
+/// number of MiB), `release_threshold`, `map_chunk`, `expandable_segments` and `check_invariants` (`True`/`False`).
 struct pool_options {
   static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 
@@ -27,6 +27,10 @@ struct pool_options {
   std::size_t segment_round_bytes{std::size_t{2} << 20};   ///< large segments are multiples of this
   std::size_t max_split_bytes{unlimited};      ///< blocks this large are never split for smaller requests
   std::size_t release_threshold_bytes{unlimited};  ///< reserved memory above this is released after frees
+  /// Expandable segments: the largest chunk one growth maps with one `create` and one `map` (a
+  /// growth is mapped in chunks of at most this, whole granules). A chunk is also what an idle
+  /// block gives back whole, so larger chunks mean fewer driver calls and coarser release.
+  std::size_t map_chunk_bytes{std::size_t{32} << 20};
   /// Grow segments by mapping 2 MiB granules into one reserved range per stream and size class,
   /// where the upstream offers virtual memory (`mgm::vmm_allocator`) and the device supports it.
   bool expandable_segments{true};
