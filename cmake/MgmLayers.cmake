@@ -20,10 +20,10 @@ function(mgm_layer name)
       target_link_libraries(${target} PUBLIC mgm_${dep})
     endforeach()
     mgm_set_warnings(${target})
-    # fmt, header-only, for the layer's own number formatting: its headers only (see
-    # CMakeLists.txt), so the exported targets carry no dependency on it.
+    # fmt for the layer's own number formatting: its headers only (see CMakeLists.txt), so the
+    # exported targets carry no dependency on it; its implementation is compiled once, in the core
+    # layer (src/fmt.cpp, src/detail/fmt.hpp).
     target_include_directories(${target} SYSTEM PRIVATE ${MGM_FMT_INCLUDE})
-    target_compile_definitions(${target} PRIVATE FMT_HEADER_ONLY=1)
   else()
     add_library(${target} INTERFACE)
     foreach(dep IN LISTS L_DEPS)
@@ -35,7 +35,7 @@ function(mgm_layer name)
   set(MGM_LAYERS ${MGM_LAYERS} ${name} PARENT_SCOPE)
 endfunction()
 
-mgm_layer(core SOURCES src/bytes.cpp src/device.cpp src/error.cpp src/log.cpp src/pool_observer.cpp
+mgm_layer(core SOURCES src/bytes.cpp src/device.cpp src/error.cpp src/fmt.cpp src/log.cpp src/pool_observer.cpp
                        src/platform/cuda_vmm_ops.cpp)
 target_include_directories(mgm_core PUBLIC "$<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>"
                                            "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")

@@ -1,7 +1,7 @@
 #include <mgm/bytes.hpp>
 #include <mgm/error.hpp>
 
-#include <fmt/format.h>
+#include "detail/fmt.hpp"
 
 #include <array>
 #include <limits>

@@ -3,7 +3,7 @@
 #include <mgm/adaptors/tracking_adaptor.hpp>
 #include <mgm/bytes.hpp>
 
-#include <fmt/format.h>
+#include "../detail/fmt.hpp"
 
 #include <sys/syscall.h>
 #include <unistd.h>

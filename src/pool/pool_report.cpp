@@ -5,7 +5,7 @@
 #include <mgm/pool/pool_snapshot.hpp>
 #include <mgm/pool/pool_statistics.hpp>
 
-#include <fmt/format.h>
+#include "../detail/fmt.hpp"
 #include <nlohmann/json.hpp>
 
 #include <algorithm>

@@ -12,7 +12,7 @@
 #include <mgm/log.hpp>
 #include <mgm/sim/oracle.hpp>
 
-#include <fmt/format.h>
+#include "../detail/fmt.hpp"
 
 #include <algorithm>
 #include <limits>

@@ -3,7 +3,7 @@
 
 #include <mgm/telemetry/log_format.hpp>
 
-#include <fmt/format.h>
+#include "../detail/fmt.hpp"
 
 #include <string>
 

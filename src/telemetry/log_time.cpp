@@ -4,7 +4,7 @@
 
 #include <mgm/telemetry/log_format.hpp>
 
-#include <fmt/format.h>
+#include "../detail/fmt.hpp"
 
 #include <algorithm>
 #include <charconv>

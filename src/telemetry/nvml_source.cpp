@@ -6,7 +6,7 @@
 #include <mgm/telemetry/source.hpp>
 
 #include <cuda_runtime_api.h>
-#include <fmt/format.h>
+#include "../detail/fmt.hpp"
 #include <unistd.h>
 
 #include <algorithm>

@@ -7,7 +7,7 @@
 #include <mgm/platform/cuda_peer_ops.hpp>
 #include <mgm/topology/discovery.hpp>
 
-#include <fmt/format.h>
+#include "../detail/fmt.hpp"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>

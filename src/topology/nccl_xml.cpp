@@ -2,7 +2,7 @@
 #include <mgm/error.hpp>
 #include <mgm/topology/topology.hpp>
 
-#include <fmt/format.h>
+#include "../detail/fmt.hpp"
 #include <pugixml.hpp>
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 #include <mgm/error.hpp>
 #include <mgm/topology/topology.hpp>
 
-#include <fmt/format.h>
+#include "../detail/fmt.hpp"
 
 #include <algorithm>
 #include <array>

@@ -3,7 +3,7 @@
 #include <mgm/error.hpp>
 #include <mgm/trace/trace.hpp>
 
-#include <fmt/format.h>
+#include "../detail/fmt.hpp"
 
 #include <algorithm>
 #include <charconv>
