@@ -103,7 +103,7 @@ mgm_layer(
   DEPS core allocators sim pool adaptors)
 target_include_directories(mgm_trace SYSTEM PRIVATE ${MGM_NLOHMANN_JSON_INCLUDE})
 # The trace generator: its own target, which nothing of the library links (the benchmarks do).
-mgm_layer(tracegen SOURCES src/trace/generator.cpp src/trace/generator_cnn.cpp src/trace/generator_bert.cpp
+mgm_layer(tracegen SOURCES src/trace/generator.cpp src/trace/generator_cnn.cpp src/trace/generator_bert.cpp src/trace/generator_gpt.cpp
                            src/trace/generator_tables.cpp DEPS core trace)
 mgm_layer(partition SOURCES src/partition/partitioner.cpp DEPS core topology)
 mgm_layer(placement SOURCES src/placement/placement_policy.cpp DEPS core allocators topology sim pool adaptors discovery)

@@ -6,6 +6,7 @@
 #include <mgm/trace/trace.hpp>
 
 #include "shared_data.hpp"
+#include "trace_pairing.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -33,27 +34,6 @@ std::size_t parse_line_of(const std::string& text) {
     return e.line();
   }
   return 0;
-}
-
-// Checks the pairing: every free names a live allocation of the same size; returns what is left.
-std::size_t check_pairing(const mgm::trace& t) {
-  std::unordered_map<std::uint64_t, std::size_t> live;
-  double last = -1.0;
-  for (const auto& e : t.events) {
-    REQUIRE(e.seconds > last);
-    last = e.seconds;
-    REQUIRE(e.bytes % 512 == 0);
-    REQUIRE(e.bytes >= 512);
-    if (e.action == mgm::trace_event::action_type::allocate) {
-      REQUIRE(live.emplace(e.pointer, e.bytes).second);
-    } else {
-      const auto it = live.find(e.pointer);
-      REQUIRE(it != live.end());
-      REQUIRE(it->second == e.bytes);
-      live.erase(it);
-    }
-  }
-  return live.size();
 }
 
 mgm::training_options options(std::size_t batch, mgm::training_dtype dtype, std::size_t iterations, bool persistent) {
@@ -146,7 +126,7 @@ TEST_CASE("generator: traces are deterministic, paired, rounded to 512 B and rep
     REQUIRE(a.events[i].action == b.events[i].action);
   }
   // What stays live: weights, BN buffers and counters, .grad, momentum; nothing of the steps.
-  const std::size_t left = check_pairing(a);
+  const std::size_t left = mgm_test::check_pairing(a);
   REQUIRE(left > 0);
   const auto c = a.compile();
   REQUIRE(c.leftovers_freed == left);
@@ -165,7 +145,7 @@ TEST_CASE("generator: traces are deterministic, paired, rounded to 512 B and rep
 TEST_CASE("generator: persistent state on and off", "[generator]") {
   const auto table = mgm::builtin_layer_table("resnet50");
   const auto off = mgm::generate_training_trace(table, options(4, mgm::training_dtype::fp32, 3, false));
-  REQUIRE(check_pairing(off) == 0);  // every step is net zero, the loop's last references freed
+  REQUIRE(mgm_test::check_pairing(off) == 0);  // every step is net zero, the loop's last references freed
   const auto steps = mgm::training_step_stats(off, mgm::training_input_bytes(table, options(4, mgm::training_dtype::fp32, 3, false)));
   REQUIRE(steps.size() == 3);
   REQUIRE(steps[0].allocations == steps[1].allocations);  // no warm-up without persistent state
@@ -215,7 +195,7 @@ TEST_CASE("generator: sizes scale with the batch and the dtype", "[generator]") 
     auto o = options(batch, dtype, 1, false);
     o.mixed_precision = amp;
     const auto t = mgm::generate_training_trace(table, o);
-    REQUIRE(check_pairing(t) == 0);
+    REQUIRE(mgm_test::check_pairing(t) == 0);
     const auto s = mgm::training_step_stats(t, mgm::training_input_bytes(table, o));
     REQUIRE(s.size() == 1);
     return s.front();
@@ -248,7 +228,7 @@ TEST_CASE("generator: ResNet-152 is deeper than ResNet-50 at the same batch", "[
   const auto r50 = mgm::training_step_stats(mgm::generate_training_trace(mgm::builtin_layer_table("resnet50"), o),
                                             mgm::training_input_bytes(mgm::builtin_layer_table("resnet50"), o));
   const auto t152 = mgm::generate_training_trace(mgm::builtin_layer_table("resnet152"), o);
-  REQUIRE(check_pairing(t152) == 0);
+  REQUIRE(mgm_test::check_pairing(t152) == 0);
   const auto r152 = mgm::training_step_stats(t152, mgm::training_input_bytes(mgm::builtin_layer_table("resnet152"), o));
   REQUIRE(r152.size() == 1);
   REQUIRE(r152[0].allocations > 2 * r50[0].allocations);
@@ -332,7 +312,7 @@ TEST_CASE("generator: BERT-base traces are deterministic, paired and replay on t
     REQUIRE(a.events[i].bytes == b.events[i].bytes);
     REQUIRE(a.events[i].action == b.events[i].action);
   }
-  REQUIRE(check_pairing(a) > 0);
+  REQUIRE(mgm_test::check_pairing(a) > 0);
   // What stays live: the fp32 weights, and for all but the pooler (no gradient reaches it) `.grad`
   // and Adam's two buffers; the position and token-type id buffers (int64, 512 each).
   const double params = static_cast<double>(bert.parameter_count());
@@ -346,7 +326,7 @@ TEST_CASE("generator: BERT-base traces are deterministic, paired and replay on t
   // Without persistent state every step is net zero and the same.
   const auto off_options = bert_options(4, 64, 3, false);
   const auto off = mgm::generate_training_trace(bert, off_options);
-  REQUIRE(check_pairing(off) == 0);
+  REQUIRE(mgm_test::check_pairing(off) == 0);
   const auto off_steps = mgm::training_step_stats(off, mgm::training_input_bytes(bert, off_options), mgm::training_step_markers(bert));
   REQUIRE(off_steps.size() == 3);
   REQUIRE(off_steps[1].allocations == off_steps[2].allocations);
@@ -358,10 +338,10 @@ TEST_CASE("generator: BERT-base traces are deterministic, paired and replay on t
   auto half_options = off_options;
   half_options.dtype = mgm::training_dtype::fp16;
   const auto amp = mgm::generate_training_trace(bert, half_options);
-  REQUIRE(check_pairing(amp) == 0);
+  REQUIRE(mgm_test::check_pairing(amp) == 0);
   half_options.mixed_precision = false;
   const auto pure = mgm::generate_training_trace(bert, half_options);
-  REQUIRE(check_pairing(pure) == 0);
+  REQUIRE(mgm_test::check_pairing(pure) == 0);
   REQUIRE(amp.events.size() > pure.events.size());
 
   const auto c = a.compile();
@@ -374,7 +354,7 @@ TEST_CASE("generator: BERT-base scales with the batch and the sequence length", 
     auto o = bert_options(batch, seq, 1, false);
     o.optimizer = mgm::optimizer_kind::sgd_momentum;  // in place: the step is activations and weight gradients
     auto t = mgm::generate_training_trace(bert, o);
-    REQUIRE(check_pairing(t) == 0);
+    REQUIRE(mgm_test::check_pairing(t) == 0);
     const auto s = mgm::training_step_stats(t, mgm::training_input_bytes(bert, o), mgm::training_step_markers(bert));
     REQUIRE(s.size() == 1);
     return std::make_pair(std::move(t), s.front());
