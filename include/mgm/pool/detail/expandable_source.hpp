@@ -297,8 +297,7 @@ class expandable_source {
       for (const auto& seg : segments_) {
         for (std::size_t g = 0; g < seg->handles.size();) {
           const handle h = seg->handles[g];
-          std::size_t end = g + 1;
-          while (end < seg->handles.size() && seg->handles[end] == h) ++end;
+          const std::size_t end = run_end(*seg, g);
           if (h != 0) {
             vmm_.unmap(reinterpret_cast<void*>(seg->base + g * granule_), (end - g) * granule_);
             vmm_.release(h);
@@ -371,6 +370,13 @@ class expandable_source {
     return chunk_;
   }
 
+  // The end of the run of granules that share granule g's handle: of its chunk when mapped.
+  static std::size_t run_end(const segment& seg, std::size_t g) noexcept {
+    const handle h = seg.handles[g];
+    while (g < seg.handles.size() && seg.handles[g] == h) ++g;
+    return g;
+  }
+
   // [first, last) of the whole chunks inside [lo, hi), starting at the first chunk that begins at
   // or after `lo` and ends by `hi`, extended over the chunks that follow it while they end by `hi`,
   // and stopped once `want` bytes are covered. Empty (first == last) when no chunk lies inside.
@@ -379,16 +385,11 @@ class expandable_source {
     std::size_t g = (lo - seg.base + granule_ - 1) / granule_;
     const std::size_t end = (hi - seg.base) / granule_;  // granules wholly below hi
     // Skip the rest of a chunk that began below lo.
-    if (g > 0 && g < seg.handles.size() && seg.handles[g] == seg.handles[g - 1]) {
-      const handle h = seg.handles[g];
-      while (g < end && seg.handles[g] == h) ++g;
-    }
+    if (g > 0 && g < seg.handles.size() && seg.handles[g] == seg.handles[g - 1]) g = std::min(end, run_end(seg, g));
     const std::size_t first = g;
     std::size_t covered = 0;
     while (g < end && covered < want) {
-      const handle h = seg.handles[g];
-      std::size_t c = g + 1;
-      while (c < seg.handles.size() && seg.handles[c] == h) ++c;
+      const std::size_t c = run_end(seg, g);
       if (c > end) break;  // the chunk reaches past hi: still partly in use
       covered += (c - g) * granule_;
       g = c;
