@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
       t = mgm::generate_gpt_trace(gpt, o);
       layer_count = gpt.layers;
       parameters = gpt.parameter_count();
-      step_marker = std::max<std::size_t>(512, (o.batch_size * o.sequence_length * 8 + 511) / 512 * 512);  // idx, targets
+      step_marker = mgm::gpt_input_bytes(o);  // idx, then targets
       markers = 2;
     } else {
       const auto table = is_builtin(model) ? mgm::builtin_layer_table(model) : mgm::read_layer_table_file(model);

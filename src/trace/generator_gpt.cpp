@@ -308,6 +308,10 @@ class gpt_walk {
 }  // namespace
 }  // namespace tracegen_detail
 
+std::size_t gpt_input_bytes(const training_options& options) {
+  return tracegen_detail::round_block(options.batch_size * options.sequence_length * tracegen_detail::i64);
+}
+
 trace generate_gpt_trace(const gpt_config& model, const training_options& options) {
   model.validate();
   MGM_EXPECTS(options.batch_size > 0, "mgm::generate_gpt_trace: the batch size is 0");

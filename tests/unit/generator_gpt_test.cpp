@@ -73,7 +73,8 @@ TEST_CASE("gpt: a step is paired, rounded, and keeps weights and AdamW state onl
   REQUIRE(live >= 3 * 4 * params);
   REQUIRE(live <= 3 * 4 * params + 3 * tensors * 512);
   // Each step starts with idx and targets (batch × seq int64), one after the other.
-  const auto steps = mgm::training_step_stats(t, o.batch_size * o.sequence_length * 8, 2);
+  REQUIRE(mgm::gpt_input_bytes(o) == 2 * 64 * 8);
+  const auto steps = mgm::training_step_stats(t, mgm::gpt_input_bytes(o), 2);
   REQUIRE(steps.size() == 3);
   REQUIRE(steps[1].allocations == steps[2].allocations);
   REQUIRE(steps[1].peak_bytes == steps[2].peak_bytes);

@@ -267,7 +267,7 @@ TEST_CASE("placed_allocator property: random traffic on every preset keeps the r
             INFO("GPU" << q << " had room over " << alt.label());
             if (alt.is_nvlink()) {
               REQUIRE(via.is_nvlink());
-              if (via.is_nvlink()) REQUIRE(links.bandwidth(other, reader).gbps <= gbps);
+              REQUIRE(links.bandwidth(other, reader).gbps <= gbps);
             }
           }
         }

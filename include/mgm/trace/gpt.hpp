@@ -66,4 +66,9 @@ struct gpt_config {
 /// above `model.context`, or an invalid `model`.
 [[nodiscard]] trace generate_gpt_trace(const gpt_config& model, const training_options& options);
 
+/// @brief The size of each of the two allocations that start a step of a GPT trace (`idx` and
+/// `targets`, batch × sequence int64, rounded to 512 B): the marker `training_step_stats` splits on,
+/// two per step.
+[[nodiscard]] std::size_t gpt_input_bytes(const training_options& options);
+
 }  // namespace mgm
