@@ -60,6 +60,8 @@ void throw_bad_alignment(std::size_t alignment, std::size_t max_alignment, const
                          : " exceeds the largest supported, " + std::to_string(max_alignment))};
 }
 
+std::string hex(std::uintptr_t v) { return fmt::format("0x{:x}", v); }
+
 std::string describe_address(const void* p) { return p == nullptr ? std::string{"(nil)"} : fmt::format("{}", fmt::ptr(p)); }
 
 std::string describe_bytes(std::size_t bytes) {

@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -102,6 +103,8 @@ namespace detail {
 /// "0x7f3a5c000000" ("(nil)" for null, as printf's "%p" writes them): the form messages use for
 /// addresses. (Defined in src/error.cpp: the formatting library is not a public dependency.)
 [[nodiscard]] std::string describe_address(const void* p);
+/// "0x7f3a5c000000", and "0x0" for zero: addresses and handles in messages and documents.
+[[nodiscard]] std::string hex(std::uintptr_t v);
 }  // namespace detail
 
 }  // namespace mgm

@@ -19,7 +19,7 @@ void add(stat& a, const stat& b) {
   a.peak += b.peak;
   a.total += b.total;
 }
-std::string hex(std::uintptr_t v) { return fmt::format("0x{:x}", v); }
+using detail::hex;
 // Tags are the user's bytes: anything not UTF-8 is written as U+FFFD rather than refused.
 std::string dump(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

@@ -33,8 +33,7 @@
 
 namespace mgm::sim::detail {
 
-// "0x7f00..." for messages.
-[[nodiscard]] std::string hex(std::uintptr_t v);
+using mgm::detail::hex;  // "0x7f00..." for messages
 // The calling thread's capture mode (seams.cpp).
 [[nodiscard]] capture_mode current_capture_mode() noexcept;
 

@@ -12,7 +12,6 @@
 #include <mgm/log.hpp>
 #include <mgm/sim/oracle.hpp>
 
-#include "../detail/fmt.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -36,9 +35,6 @@ namespace detail {
 
 constexpr std::int64_t forever = std::numeric_limits<std::int64_t>::max();
 
-std::string hex(std::uintptr_t v) {
-  return fmt::format("0x{:x}", v);
-}
 
 void merge(vector_clock& into, const vector_clock& from) {
   for (const clock_entry& e : from) advance_to(into, e.stream, e.ns);
