@@ -15,6 +15,8 @@ install(
   LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
   INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(DIRECTORY include/mgm DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+# Prometheus rules (and their promtool test), the Grafana dashboard, the Kubernetes manifests.
+install(DIRECTORY deploy/ DESTINATION "${CMAKE_INSTALL_DATADIR}/multigpumem")
 install(EXPORT MultiGpuMemTargets NAMESPACE MultiGpuMem:: DESTINATION "${MGM_INSTALL_CMAKEDIR}")
 
 configure_package_config_file(cmake/MultiGpuMemConfig.cmake.in "${PROJECT_BINARY_DIR}/MultiGpuMemConfig.cmake"

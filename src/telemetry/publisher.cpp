@@ -288,20 +288,20 @@ std::vector<published_process> read_published(const std::filesystem::path& dir, 
   return out;
 }
 
+bool same_gpu(const device_sample& sample, const published_device& device, bool simulated) {
+  if (simulated) return device.simulated && device.ordinal == sample.index;
+  if (device.simulated) return false;
+  const bool same_bus = !sample.pci_bus_id.empty() && !device.pci_bus_id.empty() &&
+                        normalise_pci_bus_id(device.pci_bus_id) == normalise_pci_bus_id(sample.pci_bus_id);
+  return same_bus || (!sample.uuid.empty() && device.uuid == sample.uuid);
+}
+
 void add_published_figures(std::vector<device_sample>& samples, const std::vector<published_process>& published,
                            bool simulated) {
   for (auto& s : samples) {
-    const std::string bus = s.pci_bus_id.empty() ? std::string{} : normalise_pci_bus_id(s.pci_bus_id);
     for (const auto& p : published) {
       for (const auto& d : p.devices) {
-        bool match = false;
-        if (simulated) {
-          match = d.simulated && d.ordinal == s.index;
-        } else if (!d.simulated) {
-          match = (!bus.empty() && !d.pci_bus_id.empty() && normalise_pci_bus_id(d.pci_bus_id) == bus) ||
-                  (!s.uuid.empty() && d.uuid == s.uuid);
-        }
-        if (!match) continue;
+        if (!same_gpu(s, d, simulated)) continue;
         s.pool_reserved = s.pool_reserved.value_or(0) + d.figures.reserved;
         if (d.figures.allocated) s.pool_allocated = s.pool_allocated.value_or(0) + *d.figures.allocated;
       }

@@ -176,3 +176,18 @@ TEST_CASE("mgm plan: options that would be ignored are refused; the granularity'
   }
   CHECK(j["gpus"][0]["spill_order"][0].contains("gb_per_s"));
 }
+
+TEST_CASE("mgm serve: bad addresses and intervals exit 2 before listening; no GPU exits 3", "[tool]") {
+  for (const char* listen : {"19400", "127.0.0.1:99999", "127.0.0.1:http", "nohost:19400"}) {
+    const auto r = run_mgm(std::string{"--sim dgx-h100 serve --listen "} + listen);
+    INFO(listen << ": " << r.err);
+    CHECK(r.rc == 2);
+    CHECK(r.err.find("--listen") != std::string::npos);
+  }
+  const auto fast = run_mgm("--sim dgx-h100 serve --listen 127.0.0.1:0 --interval 10ms");
+  CHECK(fast.rc == 2);
+  CHECK(fast.err.find("at most every 100ms") != std::string::npos);
+  const auto none = run_mgm("serve --listen 127.0.0.1:0");
+  CHECK(none.rc == 3);
+  CHECK(none.err.find("--sim") != std::string::npos);
+}

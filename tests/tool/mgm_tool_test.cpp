@@ -38,7 +38,7 @@ TEST_CASE("mgm: version, help with an example for every command, usage errors ex
   const auto v = run_mgm("--version");
   CHECK(v.rc == 0);
   CHECK(v.out.find("mgm 0.") != std::string::npos);
-  for (const char* c : {"status", "log", "topo", "plan", "leak", "plot", "replay"}) {
+  for (const char* c : {"status", "log", "topo", "plan", "leak", "plot", "replay", "serve"}) {
     const auto h = run_mgm(std::string{c} + " --help");
     INFO(c);
     CHECK(h.rc == 0);

@@ -192,11 +192,12 @@ TEST_CASE("prometheus: HELP and TYPE once per metric, labelled series, escaped l
   b.memory_used = 2 * mib;
   const std::vector<device_sample> batch{a, b};
   const auto text = to_prometheus(batch);
-  const std::string labels_a = "gpu=\"0\",uuid=\"" + a.uuid + "\",name=\"odd \\\"name\\\"\\\\ \\n\"";
+  const std::string labels_a = "gpu=\"0\",uuid=\"" + a.uuid + "\",pci_bus_id=\"" + a.pci_bus_id +
+                               "\",model_name=\"odd \\\"name\\\"\\\\ \\n\"";
   REQUIRE_THAT(text, Catch::Contains("# HELP mgm_gpu_memory_used_bytes "));
   REQUIRE_THAT(text, Catch::Contains("# TYPE mgm_gpu_memory_used_bytes gauge\n"
                                      "mgm_gpu_memory_used_bytes{" + labels_a + "} 1147142144\n"
-                                     "mgm_gpu_memory_used_bytes{gpu=\"1\",uuid=\"GPU-b\",name=\"B\"} 2097152\n"));
+                                     "mgm_gpu_memory_used_bytes{gpu=\"1\",uuid=\"GPU-b\",pci_bus_id=\"\",model_name=\"B\"} 2097152\n"));
   REQUIRE_THAT(text, Catch::Contains("mgm_gpu_power_draw_watts{" + labels_a + "} 359.75\n"));
   REQUIRE_THAT(text, Catch::Contains("mgm_gpu_sm_clock_hertz{" + labels_a + "} 1.98e+09\n"));
   REQUIRE_THAT(text, Catch::Contains("mgm_gpu_utilization_ratio{" + labels_a + "} 1\n"));

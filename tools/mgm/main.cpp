@@ -251,6 +251,7 @@ int main(int argc, char** argv) {
   add_leak(app, ctx);
   add_plot(app, ctx);
   add_replay(app, ctx);
+  add_serve(app, ctx);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

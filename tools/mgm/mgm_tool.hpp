@@ -112,5 +112,6 @@ void add_plan(CLI::App& app, context& ctx);
 void add_leak(CLI::App& app, context& ctx);
 void add_plot(CLI::App& app, context& ctx);
 void add_replay(CLI::App& app, context& ctx);
+void add_serve(CLI::App& app, context& ctx);
 
 }  // namespace mgm_tool

@@ -50,6 +50,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace mgm::telemetry {
@@ -201,12 +202,31 @@ enum class log_format : std::uint8_t { unknown, smi_csv, gpuz, jsonl, smi_xml, s
 [[nodiscard]] std::string to_json_line(const device_sample& sample);
 
 /// @brief The Prometheus text exposition (version 0.0.4) of one batch (one sample per GPU):
-/// `# HELP`/`# TYPE` once per metric, then `mgm_gpu_memory_used_bytes{gpu="0",uuid="...",name="..."} 1.2e9`.
+/// `# HELP`/`# TYPE` once per metric, then
+/// `mgm_gpu_memory_used_bytes{gpu="0",uuid="...",pci_bus_id="...",model_name="..."} 1.2e9`.
 /// Memory in bytes, temperature in degrees Celsius, power in watts, clocks in hertz, PCIe
 /// throughput in bytes per second (MB = 10^6 B), utilization as a ratio 0..1; per-process memory as
 /// `mgm_gpu_process_memory_used_bytes{...,pid="...",process_name="..."}`. Label values are
 /// escaped (`\\`, `\"`, `\n`). Empty metrics are left out; a metric no sample has is left out.
 [[nodiscard]] std::string to_prometheus(std::span<const device_sample> batch);
+
+struct published_process;
+
+/// @brief What an exporter (`mgm serve`) adds to a batch's exposition.
+struct prometheus_extras {
+  /// Each process's pools: `mgm_pool_{allocated,reserved}_bytes{...,pid="...",process_name="..."}`,
+  /// matched to the GPUs as `same_gpu` does. Null: the per-GPU sums the samples carry, unlabelled
+  /// by process (a metric never mixes the two, or a `sum` would count pools twice).
+  const std::vector<published_process>* pools{nullptr};
+  bool simulated{false};                        ///< the GPUs and pools are simulated devices
+  std::optional<double> sample_age_seconds;     ///< `mgm_sample_age_seconds`
+  std::optional<std::uint64_t> sample_errors;   ///< `mgm_sample_errors_total`, a counter
+  /// Labels added to every series (`node="dgx-a"`); names must be Prometheus label names.
+  std::vector<std::pair<std::string, std::string>> labels;
+};
+
+/// @brief `to_prometheus(batch)` with an exporter's series added.
+[[nodiscard]] std::string to_prometheus(std::span<const device_sample> batch, const prometheus_extras& extras);
 
 /// @brief Writes `nvidia-smi --query-gpu` CSV: the header once (at construction), then a row per
 /// sample; flushes after each batch so that the file is complete at every moment.

@@ -70,6 +70,10 @@ void stop_publishing() noexcept;
 [[nodiscard]] std::vector<published_process> read_published(const std::filesystem::path& dir = default_publish_dir(),
                                                             std::vector<log_issue>* skipped = nullptr);
 
+/// @brief Whether a published device is the GPU a sample shows: by PCI bus id or UUID, or for
+/// simulated devices (when `simulated` is true) by ordinal.
+[[nodiscard]] bool same_gpu(const device_sample& sample, const published_device& device, bool simulated);
+
 /// @brief Adds published pool figures to samples of the same GPU (by PCI bus id or UUID; for
 /// simulated devices, when `simulated` is true, by ordinal), summing over processes.
 void add_published_figures(std::vector<device_sample>& samples, const std::vector<published_process>& published,

@@ -1,0 +1,340 @@
+#!/usr/bin/python3
+"""`mgm serve` scraped by a real Prometheus server, on loopback.
+
+Two `mgm serve --sim` processes stand in for two nodes (dgx-h100 and pcie-4gpu-mixed); a process
+with simulated pools publishes its figures; a static page stands in for dcgm-exporter. The test
+starts a Prometheus server with the shipped rules, then checks through its HTTP API that every
+GPU of both nodes arrived with the right memory, that each process's pools arrived, that every
+rule loaded and evaluates, and that every dashboard query returns series. It also checks the
+exporter alone: promtool's lint, 1,000 scrapes from 8 clients with bounded memory, a port in
+use, failing NVML readings, and SIGTERM.
+
+Usage: prometheus_test.py MGM PUBLISHER_CHILD FAKE_NVML DEPLOY_DIR
+Exit 77 (skipped) when prometheus or promtool is not installed.
+"""
+
+import http.server
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+DEADLINE = time.monotonic() + 150  # the whole test, started processes included
+MIB = 1 << 20
+
+
+def fail(message):
+    print("FAIL: " + message, file=sys.stderr)
+    sys.exit(1)
+
+
+def check(condition, message):
+    if not condition:
+        fail(message)
+
+
+def remaining():
+    return max(0.0, DEADLINE - time.monotonic())
+
+
+def wait_for(what, probe, timeout=30.0, period=0.25):
+    """Calls probe() until it returns something true; fails naming `what` after `timeout`."""
+    end = time.monotonic() + min(timeout, remaining())
+    last = None
+    while time.monotonic() < end:
+        try:
+            result = probe()
+            if result:
+                return result
+        except (OSError, ValueError, urllib.error.URLError) as e:
+            last = e
+        time.sleep(period)
+    fail("timed out waiting for %s%s" % (what, " (last error: %s)" % last if last else ""))
+
+
+def get(url, timeout=5.0):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Processes:
+    """Everything the test starts, stopped (TERM, then KILL) whatever happens."""
+
+    def __init__(self):
+        self.started = []
+
+    def start(self, args, **kw):
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+        self.started.append(p)
+        return p
+
+    def stop(self, p, timeout=10):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        return p.returncode
+
+    def stop_all(self):
+        for p in reversed(self.started):
+            if p.poll() is None:
+                self.stop(p, timeout=5)
+
+
+def start_serve(procs, mgm, sim, node, env, extra=()):
+    args = [mgm] + (["--sim", sim] if sim else []) + ["serve", "--listen", "127.0.0.1:0", "--interval", "1s"]
+    args += ["--node-label", node] + list(extra)
+    p = procs.start(args, env=env)
+    line = p.stdout.readline()
+    m = re.search(r"listening on http://([0-9.:]+)/metrics", line)
+    if not m:
+        fail("mgm serve (%s) did not start: %r %s" % (node, line, p.stderr.read() if p.poll() is not None else ""))
+    return p, m.group(1)
+
+
+def series_by_gpu(text, metric):
+    """{gpu: value} for one metric of an exposition."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(metric + "{"):
+            gpu = re.search(r'gpu="([^"]*)"', line).group(1)
+            out[gpu] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def main():
+    if len(sys.argv) != 5:
+        print(__doc__, file=sys.stderr)
+        return 1
+    mgm, child, fake_nvml, deploy = sys.argv[1:]
+    prometheus, promtool = shutil.which("prometheus"), shutil.which("promtool")
+    if not prometheus or not promtool:
+        print("prometheus or promtool is not installed (Debian: apt-get install prometheus); skipping")
+        return 77
+
+    tmp = tempfile.mkdtemp(prefix="mgm-prometheus-")
+    procs = Processes()
+    try:
+        return run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs)
+    finally:
+        procs.stop_all()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
+    env = dict(os.environ, MGM_PUBLISH_DIR=os.path.join(tmp, "publish"))
+    env.pop("MGM_PUBLISH", None)
+    os.makedirs(env["MGM_PUBLISH_DIR"])
+
+    # A process with pools on simulated GPUs 0 (100 MiB) and 1 (300 MiB), publishing.
+    pools = procs.start([child], env=dict(env, MGM_PUBLISH="1"), stdin=subprocess.PIPE)
+    ready = pools.stdout.readline().split()
+    check(len(ready) == 2 and ready[0] == "ready", "the publishing child did not start: %r" % ready)
+    pools_pid = ready[1]
+
+    nodes = {"dgx-h100": None, "pcie-4gpu-mixed": None}
+    serving = {}
+    for node in nodes:
+        p, address = start_serve(procs, mgm, node, node, env)
+        serving[node] = (p, address)
+        # What the node has, as `mgm status --json` says: the memory Prometheus must show.
+        status = json.loads(subprocess.run([mgm, "--sim", node, "status", "--json"], capture_output=True, text=True,
+                                           check=True, env=env).stdout)
+        nodes[node] = {str(d["index"]): d["memory.total_mib"] * MIB for d in status["devices"]}
+
+    # The exposition alone: promtool's lint, and what it holds.
+    a_node, (a_proc, a_addr) = "dgx-h100", serving["dgx-h100"]
+    status, text = get("http://%s/metrics" % a_addr)
+    check(status == 200, "/metrics answered %d" % status)
+    lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    check(lint.returncode == 0, "promtool check metrics: rc %d: %s%s" % (lint.returncode, lint.stdout, lint.stderr))
+    check(series_by_gpu(text, "mgm_gpu_memory_total_bytes") == nodes[a_node], "the exposition's totals differ from status")
+    check('mgm_pool_allocated_bytes{gpu="1"' in text and 'pid="%s"' % pools_pid in text and "} %d\n" % (300 * MIB) in text,
+          "the publishing process's pools are missing from /metrics")
+    check(re.search(r"^mgm_sample_age_seconds\{node=\"dgx-h100\"\} [0-9.e+-]+$", text, re.M), "no sample age")
+    check(re.search(r"^mgm_sample_errors_total\{node=\"dgx-h100\"\} 0$", text, re.M), "sample errors on the simulator")
+    check(get("http://%s/healthz" % a_addr) == (200, "ok\n"), "/healthz is not ok")
+    try:
+        get("http://%s/nothing" % a_addr)
+        fail("/nothing answered")
+    except urllib.error.HTTPError as e:
+        check(e.code == 404, "/nothing answered %d, not 404" % e.code)
+
+    # A stand-in for dcgm-exporter on the same loopback: its names and labels, MiB.
+    dcgm_text = "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED gauge\n"
+    for i in range(2):
+        dcgm_text += ('DCGM_FI_DEV_FB_USED{gpu="%d",UUID="GPU-dcgm-%d",pci_bus_id="00000000:%02X:00.0",device="nvidia%d",'
+                      'modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-h100"} %d\n' % (i, i, 0x18 + i, i, 1000 * (i + 1)))
+
+    class Dcgm(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = dcgm_text.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    dcgm = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dcgm)
+    threading.Thread(target=dcgm.serve_forever, daemon=True).start()
+
+    # The Prometheus server, with the shipped rules.
+    port = free_port()
+    rules = os.path.join(deploy, "prometheus", "mgm-rules.yml")
+    config = os.path.join(tmp, "prometheus.yml")
+    with open(config, "w") as f:
+        f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                "rule_files:\n  - %s\n"
+                "scrape_configs:\n"
+                "  - job_name: mgm\n    static_configs:\n      - targets: ['%s', '%s']\n"
+                "  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n"
+                % (rules, serving["dgx-h100"][1], serving["pcie-4gpu-mixed"][1], dcgm.server_address[1]))
+    server = procs.start([prometheus, "--config.file=" + config, "--storage.tsdb.path=" + os.path.join(tmp, "data"),
+                          "--web.listen-address=127.0.0.1:%d" % port, "--log.level=warn"])
+    api = "http://127.0.0.1:%d" % port
+    wait_for("Prometheus to be ready", lambda: get(api + "/-/ready")[0] == 200)
+
+    def query(expr):
+        status, body = get(api + "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+        answer = json.loads(body)
+        check(answer["status"] == "success", "query %s: %s" % (expr, answer))
+        return answer["data"]["result"]
+
+    # Every GPU of both nodes, with its memory.
+    want = sum(len(g) for g in nodes.values())
+    got = wait_for("%d GPU series in Prometheus" % want,
+                   lambda: (lambda r: r if len(r) == want else None)(query("mgm_gpu_memory_total_bytes")))
+    seen = {}
+    for s in got:
+        seen.setdefault(s["metric"]["node"], {})[s["metric"]["gpu"]] = float(s["value"][1])
+        check(s["metric"]["job"] == "mgm" and "instance" in s["metric"], "labels missing: %s" % s["metric"])
+    check(seen == nodes, "Prometheus has %s, the nodes have %s" % (seen, nodes))
+    free = query("mgm_gpu_memory_free_bytes")
+    check(len(free) == want, "free memory for %d GPUs, not %d" % (len(free), want))
+    pool_series = wait_for("the pools' series",
+                           lambda: (lambda r: r if len(r) == 4 else None)(query("mgm_pool_allocated_bytes")))
+    allocated = {(s["metric"]["node"], s["metric"]["gpu"]): float(s["value"][1]) for s in pool_series}
+    check(allocated == {(n, g): b for n in nodes for g, b in (("0", 100 * MIB), ("1", 300 * MIB))},
+          "pool figures: %s" % allocated)
+
+    # Every rule loaded, and every recording rule's and dashboard's expression returns series.
+    def rules_ok():
+        groups = json.loads(get(api + "/api/v1/rules")[1])["data"]["groups"]
+        rs = [r for g in groups for r in g["rules"]]
+        return rs if len(rs) >= 13 and all(r.get("health") == "ok" for r in rs) else None
+
+    loaded = wait_for("every rule to be evaluated", rules_ok, timeout=20)
+    bad = [r["name"] for r in loaded if r["health"] != "ok"]
+    check(not bad, "rules not healthy: %s" % bad)
+    for r in loaded:
+        if r["type"] == "recording":
+            wait_for("series of the recording rule %s" % r["name"], lambda: query(r["name"]), timeout=10)
+        else:
+            query(r["query"])  # an alert is quiet here; its expression must still evaluate
+    with open(os.path.join(deploy, "grafana", "mgm-dashboard.json")) as f:
+        dashboard = json.load(f)
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    check(len(exprs) >= 8, "the dashboard has %d queries" % len(exprs))
+    for e in exprs:
+        concrete = e.replace("$instance", ".*")
+        wait_for("series for the dashboard's %s" % concrete, lambda: query(concrete), timeout=10)
+    instances = json.loads(get(api + "/api/v1/label/instance/values")[1])["data"]
+    check(serving["dgx-h100"][1] in instances and serving["pcie-4gpu-mixed"][1] in instances,
+          "the dashboard's node variable would not list both nodes: %s" % instances)
+
+    # Load: 1,000 scrapes from 8 clients; every answer complete, memory bounded.
+    before = rss_kib(a_proc.pid)
+    errors = []
+
+    def client(n):
+        for _ in range(n):
+            try:
+                status, body = get("http://%s/metrics" % a_addr, timeout=10)
+                if status != 200 or not body.endswith("\n") or len(series_by_gpu(body, "mgm_gpu_memory_total_bytes")) != 8 \
+                        or "mgm_sample_errors_total" not in body:
+                    errors.append("incomplete answer (%d bytes)" % len(body))
+            except Exception as e:  # noqa: BLE001 - every failure is reported
+                errors.append(repr(e))
+
+    clients = [threading.Thread(target=client, args=(125,)) for _ in range(8)]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join(timeout=remaining())
+    after = rss_kib(a_proc.pid)
+    check(not errors, "%d of 1000 scrapes failed: %s" % (len(errors), errors[:3]))
+    check(after - before < 16 * 1024, "mgm serve grew from %d KiB to %d KiB over 1000 scrapes" % (before, after))
+
+    # A port in use: exit 2, saying so.
+    taken = subprocess.run([mgm, "--sim", "dgx-h100", "serve", "--listen", a_addr], capture_output=True, text=True,
+                           env=env, timeout=10)
+    check(taken.returncode == 2 and "already in use" in taken.stderr,
+          "a port in use: rc %d, %r" % (taken.returncode, taken.stderr))
+
+    # Failing NVML readings: GPU 1's memory cannot be read. GPU 0 is still exported, and the
+    # error count rises with every look.
+    nvml_config = os.path.join(tmp, "nvml.json")
+    with open(nvml_config, "w") as f:
+        json.dump({"driver_version": "580.65.06", "devices": [
+            {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-aaaa", "pci_bus_id": "00000000:07:00.0",
+             "memory": {"total": 80 << 30, "reserved": 1 << 30, "used": 10 << 30}},
+            {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-bbbb", "pci_bus_id": "00000000:0F:00.0",
+             "memory": {"total": 80 << 30, "reserved": 1 << 30, "used": 10 << 30}, "unsupported": ["memory"]}]}, f)
+    nvml_env = dict(env, MGM_NVML_LIBRARY=fake_nvml, MGM_FAKE_NVML_CONFIG=nvml_config)
+    flaky, flaky_addr = start_serve(procs, mgm, None, "flaky", nvml_env)
+
+    def errors_total():
+        m = re.search(r"^mgm_sample_errors_total\{[^}]*\} (\d+)$", get("http://%s/metrics" % flaky_addr)[1], re.M)
+        return int(m.group(1)) if m else None
+
+    first = wait_for("a sample error", lambda: errors_total())
+    _, text = get("http://%s/metrics" % flaky_addr)
+    check(series_by_gpu(text, "mgm_gpu_memory_total_bytes") == {"0": float(80 << 30)}, "GPU 0 missing: " + text[:400])
+    check(wait_for("the error count to rise", lambda: errors_total() > first, timeout=10), "errors did not rise")
+
+    # SIGTERM: every exporter leaves cleanly.
+    for p in [flaky] + [p for p, _ in serving.values()]:
+        rc = procs.stop(p)
+        check(rc == 0, "mgm serve exited %d on SIGTERM: %s" % (rc, p.stderr.read()))
+    pools.stdin.write("exit\n")
+    pools.stdin.flush()
+    check(pools.wait(timeout=10) == 0, "the publishing child failed")
+    procs.stop(server)
+    dcgm.shutdown()
+    print("ok: %d GPUs on 2 nodes, %d rules, %d dashboard queries, 1000 scrapes (RSS %d -> %d KiB)"
+          % (want, len(loaded), len(exprs), before, after))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
