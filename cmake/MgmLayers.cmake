@@ -105,7 +105,7 @@ target_include_directories(mgm_trace SYSTEM PRIVATE ${MGM_NLOHMANN_JSON_INCLUDE}
 # The trace generator: its own target, which nothing of the library links (the benchmarks do).
 mgm_layer(tracegen SOURCES src/trace/generator.cpp src/trace/generator_cnn.cpp src/trace/generator_bert.cpp src/trace/generator_gpt.cpp
                            src/trace/generator_tables.cpp DEPS core trace)
-mgm_layer(partition SOURCES src/partition/partitioner.cpp DEPS core topology)
+mgm_layer(partition SOURCES src/partition/partitioner.cpp src/partition/cluster.cpp DEPS core topology)
 mgm_layer(placement SOURCES src/placement/placement_policy.cpp DEPS core allocators topology sim pool adaptors discovery)
 mgm_layer(interop DEPS core allocators pool)
 

@@ -13,7 +13,8 @@
 /// - adaptors: `adaptors/` (statistics, limiting, tracking with tags and checkpoints, RMM-CSV
 ///   logging, fault injection)
 /// - topology: `topology/topology.hpp` (nvidia-smi text, NCCL XML), `topology/discovery.hpp`
-/// - partition: `partition/partitioner.hpp` (capacity-proportional splits, rebalancing)
+/// - partition: `partition/partitioner.hpp` (capacity-proportional splits, rebalancing),
+///   `partition/cluster.hpp` (over the nodes of a cluster, then each node's GPUs)
 /// - placement: `placement/placement_policy.hpp` (ranking), `peer_access.hpp`, `placed_allocator.hpp`
 /// - trace: `trace/trace.hpp` (RMM CSV), `trace/replay.hpp` (replays, the fit search)
 /// - the simulated machine: `sim/machine.hpp` (and its allocator, seams, faults, cost model);
@@ -57,6 +58,7 @@
 #include <mgm/topology/discovery.hpp>
 #include <mgm/topology/topology.hpp>
 
+#include <mgm/partition/cluster.hpp>
 #include <mgm/partition/partitioner.hpp>
 
 #include <mgm/placement/peer_access.hpp>

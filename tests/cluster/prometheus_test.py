@@ -189,9 +189,11 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
 
     # A stand-in for dcgm-exporter on the same loopback: its names and labels, MiB.
     dcgm_text = "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED gauge\n"
-    for i in range(2):
-        dcgm_text += ('DCGM_FI_DEV_FB_USED{gpu="%d",UUID="GPU-dcgm-%d",pci_bus_id="00000000:%02X:00.0",device="nvidia%d",'
-                      'modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-h100"} %d\n' % (i, i, 0x18 + i, i, 1000 * (i + 1)))
+    dcgm_free_mib = {0: 70000, 1: 20000}
+    for name, values in (("USED", {0: 1000, 1: 2000}), ("FREE", dcgm_free_mib)):
+        for i in range(2):
+            dcgm_text += ('DCGM_FI_DEV_FB_%s{gpu="%d",UUID="GPU-dcgm-%d",pci_bus_id="00000000:%02X:00.0",device="nvidia%d",'
+                          'modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-h100"} %d\n' % (name, i, i, 0x18 + i, i, values[i]))
 
     class Dcgm(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -200,7 +202,10 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.wfile.write(body)
+            except OSError:
+                pass  # Prometheus stopped mid-scrape
 
         def log_message(self, *args):
             pass
@@ -271,6 +276,47 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     instances = json.loads(get(api + "/api/v1/label/instance/values")[1])["data"]
     check(serving["dgx-h100"][1] in instances and serving["pcie-4gpu-mixed"][1] in instances,
           "the dashboard's node variable would not list both nodes: %s" % instances)
+
+    # mgm plan over the cluster: nodes first, each node's items one contiguous range.
+    def plan(*args):
+        return subprocess.run([mgm, "plan", "--prometheus", api, "--items", "80", "--bytes-per-item", "1GiB"]
+                              + list(args), capture_output=True, text=True, env=env, timeout=30)
+
+    r = plan("--selector", '{job="mgm"}', "--node-label", "node", "--json")
+    check(r.returncode == 0, "plan --prometheus: rc %d: %s" % (r.returncode, r.stderr))
+    out = json.loads(r.stdout)
+    check([n["node"] for n in out["nodes"]] == sorted(nodes), "plan's nodes: %s" % [n["node"] for n in out["nodes"]])
+    check(out["source"] == 'mgm_gpu_memory_free_bytes{job="mgm"}', "plan's source: %s" % out["source"])
+    begin = 0
+    usable = {n: sum(b // (1 << 30) for b in g.values()) for n, g in nodes.items()}
+    for n in out["nodes"]:
+        check(n["range"] == [begin, begin + n["items"]], "node %s's range %s" % (n["node"], n["range"]))
+        check(abs(n["items"] - 80 * usable[n["node"]] / sum(usable.values())) <= 1,
+              "node %s has %d items for %d of %d GiB" % (n["node"], n["items"], usable[n["node"]], sum(usable.values())))
+        check({str(g["gpu"]): g["free_bytes"] for g in n["gpus"]} == nodes[n["node"]], "node %s's GPUs" % n["node"])
+        check(sum(g["items"] for g in n["gpus"]) == n["items"], "node %s's GPUs do not add up" % n["node"])
+        inner = begin
+        for g in sorted(n["gpus"], key=lambda g: g["range"][0]):
+            check(g["range"] == [inner, inner + g["items"]], "GPU %d of %s: range %s" % (g["gpu"], n["node"], g["range"]))
+            inner += g["items"]
+        begin += n["items"]
+    check(begin == 80, "the nodes hold %d of 80 items" % begin)
+    r = plan("--selector", '{job="dcgm"}', "--json")  # only dcgm-exporter's series: MiB, node = instance
+    check(r.returncode == 0, "plan over dcgm-exporter's series: rc %d: %s" % (r.returncode, r.stderr))
+    out = json.loads(r.stdout)
+    check(out["source"].startswith("DCGM_FI_DEV_FB_FREE") and len(out["nodes"]) == 1, "dcgm plan: %s" % out)
+    check({g["gpu"]: g["free_bytes"] for g in out["nodes"][0]["gpus"]} == {i: m * MIB for i, m in dcgm_free_mib.items()},
+          "dcgm free memory: %s" % out["nodes"][0]["gpus"])
+    check(plan().returncode == 0 and "contiguous" in plan().stdout, "plan --prometheus without --json")
+    for args, words in ((("--selector", '{job="nothing"}'), "holds no GPU series"),
+                        (("--selector", '{job=~"("}'), "answered 400"),
+                        (("--node-label", "rack"), "no label 'rack'")):
+        r = plan(*args)
+        check(r.returncode == 2 and words in r.stderr and api in r.stderr, "%s: rc %d, %r" % (args, r.returncode, r.stderr))
+    down = "http://127.0.0.1:%d" % free_port()
+    r = subprocess.run([mgm, "plan", "--prometheus", down, "--items", "10", "--bytes-per-item", "1GiB"], capture_output=True,
+                       text=True, timeout=30)
+    check(r.returncode == 2 and "cannot reach Prometheus at " + down in r.stderr, "Prometheus down: %r" % r.stderr)
 
     # Load: 1,000 scrapes from 8 clients; every answer complete, memory bounded.
     before = rss_kib(a_proc.pid)

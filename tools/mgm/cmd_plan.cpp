@@ -1,5 +1,6 @@
 // mgm plan: how to split N items across the GPUs, and where each GPU's buffers spill when it is full.
 #include "mgm_tool.hpp"
+#include "plan_cluster.hpp"
 
 #include <mgm/bytes.hpp>
 #include <mgm/device.hpp>
@@ -70,6 +71,9 @@ void add_plan(CLI::App& app, context& ctx) {
     std::string overhead{"0"};
     std::vector<double> throughput;
     std::size_t granularity{1};
+    std::string prometheus;
+    std::string selector;
+    std::string node_label{"instance"};
   };
   auto o = std::make_shared<options>();
   cmd->add_option("--items", o->items, "How many items (samples, layers, shards)")->required()->check(count_at_least(0));
@@ -87,7 +91,14 @@ void add_plan(CLI::App& app, context& ctx) {
                   "Counts are multiples of this; the items left over (N mod this) go to the GPU with the most room "
                   "left")
       ->check(count_at_least(1));
-  cmd->footer("Example: mgm --sim pcie-4gpu-mixed plan --items 50000 --bytes-per-item 1MiB --reserve 2GiB");
+  cmd->add_option("--prometheus", o->prometheus,
+                  "Plan over every GPU of a cluster, read from this Prometheus server (http://HOST:9090): node "
+                  "first, each node's items one contiguous range");
+  cmd->add_option("--selector", o->selector, "With --prometheus: label matchers for the series, such as {job=\"gpu\"}");
+  cmd->add_option("--node-label", o->node_label, "With --prometheus: the label that names a node")->capture_default_str();
+  cmd->footer(
+      "Example: mgm --sim pcie-4gpu-mixed plan --items 50000 --bytes-per-item 1MiB --reserve 2GiB\n"
+      "         mgm plan --prometheus http://prometheus:9090 --selector '{job=\"mgm\"}' --items 1000 --bytes-per-item 8GiB");
   cmd->callback([&ctx, o] {
     // Options that would be silently ignored are refused before anything is measured.
     if (o->policy == "throughput" && o->throughput.empty()) {
@@ -100,7 +111,12 @@ void add_plan(CLI::App& app, context& ctx) {
     for (const double t : o->throughput) {
       if (!(t > 0) || !std::isfinite(t)) throw tool_error{exit_bad_input, "--throughput values must be more than 0"};
     }
-    const machine_view v = view_of(ctx);
+    if (o->prometheus.empty() && (!o->selector.empty() || o->node_label != "instance")) {
+      throw tool_error{exit_usage, "--selector and --node-label are used with --prometheus only"};
+    }
+    if (!o->prometheus.empty() && ctx.simulated()) {
+      throw tool_error{exit_usage, "--prometheus plans over the cluster Prometheus sees; it does not take --sim"};
+    }
     mgm::partition_request r;
     r.items = o->items;
     try {
@@ -122,6 +138,14 @@ void add_plan(CLI::App& app, context& ctx) {
     };
     const std::size_t reserve = size_option("--reserve", o->reserve);
     const std::size_t overhead = size_option("--overhead", o->overhead);
+    if (!o->prometheus.empty()) {
+      mgm::partition_device each;
+      each.reserve_bytes = reserve;
+      each.overhead_bytes = overhead;
+      plan_cluster({o->prometheus, o->selector, o->node_label, o->policy, ctx.json}, r, each, o->throughput);
+      return;
+    }
+    const machine_view v = view_of(ctx);
     if (!o->throughput.empty() && o->throughput.size() != v.free_bytes.size()) {
       throw tool_error{exit_bad_input, "--throughput has " + std::to_string(o->throughput.size()) + " values for " +
                                            std::to_string(v.free_bytes.size()) + " GPUs"};

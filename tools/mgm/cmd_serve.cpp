@@ -1,7 +1,7 @@
 // mgm serve: a Prometheus exporter. A sampler thread looks at every GPU, and reads the pools'
 // published files, every --interval; the HTTP thread answers /metrics from the last look, so a
 // scrape never waits on NVML, and says how old that look is.
-#include "http_server.hpp"
+#include "http.hpp"
 #include "live_source.hpp"
 #include "mgm_tool.hpp"
 

@@ -1,10 +1,11 @@
 // The HTTP server of `mgm serve` (see http_server.hpp): Boost.Asio and Boost.Beast, one io thread.
 // Everything a connection owns lives in its `session`; the server's state is touched on the io
 // thread only, so it needs no lock.
-#include "http_server.hpp"
+#include "http.hpp"
 
 #include "mgm_tool.hpp"
 
+#include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -14,6 +15,7 @@
 #include <boost/beast/http.hpp>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <exception>
@@ -267,5 +269,66 @@ void http_server::stop() {
 }
 
 std::uint64_t http_server::requests() const noexcept { return impl_->requests.load(std::memory_order_relaxed); }
+
+std::string url_encode(std::string_view text) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) != 0 || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(c);
+    } else {
+      out += {'%', hex[u >> 4], hex[u & 15]};
+    }
+  }
+  return out;
+}
+
+http_reply http_get(const std::string& url, double timeout_s) {
+  const auto bad = [&](const std::string& why) { return tool_error{exit_bad_input, why + " (GET " + url + ")"}; };
+  constexpr std::string_view scheme = "http://";
+  if (url.rfind("https://", 0) == 0) throw bad("https is not supported; give the http:// address (or a local proxy)");
+  if (url.rfind(scheme, 0) != 0) throw bad("not an http:// URL");
+  const std::string rest = url.substr(scheme.size());
+  const std::size_t slash = rest.find('/');
+  const std::string authority = rest.substr(0, slash);
+  const std::string target = slash == std::string::npos ? "/" : rest.substr(slash);
+  std::string host = authority;
+  std::string port = "80";
+  const std::size_t bracket = authority.rfind(']');
+  const std::size_t colon = authority.rfind(':');
+  if (colon != std::string::npos && (bracket == std::string::npos || colon > bracket)) {
+    host = authority.substr(0, colon);
+    port = authority.substr(colon + 1);
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty()) throw bad("no host");
+  if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos) throw bad("the port is not a number");
+
+  asio::io_context io;
+  beast::tcp_stream stream{io};
+  const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>{timeout_s});
+  beast::error_code ec;
+  tcp::resolver resolver{io};
+  const auto endpoints = resolver.resolve(host, port, ec);
+  if (ec) throw bad("cannot resolve " + host + ": " + ec.message());
+  stream.expires_after(timeout);
+  stream.connect(endpoints, ec);
+  if (ec) throw bad("cannot connect: " + ec.message());
+  http::request<http::empty_body> request{http::verb::get, target, 11};
+  request.set(http::field::host, authority);
+  request.set(http::field::user_agent, "mgm");
+  request.set(http::field::accept, "application/json");
+  http::write(stream, request, ec);
+  if (ec) throw bad("cannot send the request: " + ec.message());
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(std::uint64_t{256} << 20);
+  http::read(stream, buffer, parser, ec);
+  if (ec == beast::error::timeout) throw bad("no answer within " + std::to_string(static_cast<int>(timeout_s)) + " s");
+  if (ec) throw bad("cannot read the answer: " + ec.message());
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  return {static_cast<int>(parser.get().result_int()), std::move(parser.get().body())};
+}
 
 }  // namespace mgm_tool

@@ -1,0 +1,42 @@
+/// @file
+/// @brief `partition_cluster`: N items over the GPUs of several nodes, node first. Each node takes
+/// one contiguous range of the items, split over its GPUs as `partition` splits over one machine.
+///
+/// A node counts as one device at the first level: its capacity is the sum of its GPUs'
+/// capacities (each rounded down on its own GPU, so the node's count always fits), its usable
+/// memory the sum of theirs, its throughput the sum of theirs. The second level is `partition`
+/// over the node's GPUs with the node's count. Invariants: `Σ node counts == N`; each node's
+/// counts add up to its count; a node's range is the union of its GPUs' ranges, and the nodes'
+/// ranges tile [0, N) in node order.
+#pragma once
+
+#include <mgm/partition/partitioner.hpp>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mgm {
+
+struct cluster_node {
+  std::string name;
+  std::vector<partition_device> gpus;
+};
+
+struct cluster_plan {
+  struct node_share {
+    std::size_t items{0};
+    std::pair<std::size_t, std::size_t> range;  ///< [begin, end) of the items
+    partition_plan gpus;                         ///< over the node's GPUs; ranges are absolute
+  };
+  std::vector<node_share> nodes;  ///< by node index
+};
+
+/// @brief The plan for `items` (`bytes_per_item`, `granularity`, `policy` of `r`; its `devices`
+/// are ignored) over `nodes`.
+/// @throws mgm::partition_error when the cluster cannot hold the items (the shortfall is per
+/// node); mgm::logic_error for no nodes or a node without GPUs.
+[[nodiscard]] cluster_plan partition_cluster(const partition_request& r, const std::vector<cluster_node>& nodes);
+
+}  // namespace mgm
