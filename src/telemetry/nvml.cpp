@@ -31,6 +31,7 @@ struct nvml_library::impl {
   abi::device_string_fn name{nullptr};
   abi::device_string_fn uuid{nullptr};
   abi::pci_info_fn pci_info{nullptr};
+  abi::device_uint_fn minor_number{nullptr};
   abi::memory_v2_fn memory_v2{nullptr};
   abi::memory_v1_fn memory_v1{nullptr};
   abi::temperature_v_fn temperature_v{nullptr};
@@ -127,6 +128,7 @@ std::shared_ptr<nvml_library> nvml_library::acquire(std::string* why) noexcept {
     p->name = p->symbol<abi::device_string_fn>("nvmlDeviceGetName");
     p->uuid = p->symbol<abi::device_string_fn>("nvmlDeviceGetUUID");
     p->pci_info = p->first_of<abi::pci_info_fn>({"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2"});
+    p->minor_number = p->symbol<abi::device_uint_fn>("nvmlDeviceGetMinorNumber");
     p->memory_v2 = p->symbol<abi::memory_v2_fn>("nvmlDeviceGetMemoryInfo_v2");
     p->memory_v1 = p->symbol<abi::memory_v1_fn>("nvmlDeviceGetMemoryInfo");
     if (p->memory_v2 == nullptr && p->memory_v1 != nullptr) {
@@ -222,6 +224,10 @@ device_sample nvml_library::sample(unsigned int index, bool with_processes) cons
     if (m.pci_info != nullptr) {
       abi::pci_info_t pci{};
       if (m.pci_info(dev, &pci) == abi::success) s.pci_bus_id = normalise_pci_bus_id(pci.bus_id);
+    }
+    if (m.minor_number != nullptr) {
+      unsigned int minor = 0;
+      if (m.minor_number(dev, &minor) == abi::success) s.minor_number = minor;
     }
 
     // Memory: v2 separates what the driver reserves; v1's `used` includes it.

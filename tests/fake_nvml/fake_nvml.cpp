@@ -3,7 +3,7 @@
 // before the versioned calls, which exports only nvmlInit, nvmlDeviceGetMemoryInfo (v1), the v1
 // process query and nvmlDeviceGetTemperature.
 //
-// Config: {"driver_version": "...", "init_error": 0, "devices": [{"name", "uuid", "pci_bus_id",
+// Config: {"driver_version": "...", "init_error": 0, "devices": [{"name", "uuid", "pci_bus_id", "minor",
 //   "memory": {"total", "reserved", "used"}, "temperature", "power_mw", "power_limit_mw",
 //   "clock_sm", "clock_mem", "pcie_gen", "pcie_width", "pcie_rx_kbs", "pcie_tx_kbs",
 //   "nvlinks": [1, 1, 0], "utilization": [gpu, mem], "processes": [{"pid", "name", "used"}],
@@ -168,6 +168,14 @@ FAKE_API abi::return_t nvmlDeviceGetPciInfo_v3(abi::device_t d, abi::pci_info_t*
   if (dev == nullptr) return abi::error_invalid_argument;
   *pci = abi::pci_info_t{};
   copy_string(dev->value("pci_bus_id", ""), pci->bus_id, sizeof pci->bus_id);
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlDeviceGetMinorNumber(abi::device_t d, unsigned int* minor) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr || minor == nullptr) return abi::error_invalid_argument;
+  if (!dev->contains("minor")) return abi::error_not_supported;
+  *minor = dev->value("minor", 0U);
   return abi::success;
 }
 

@@ -1,10 +1,12 @@
 // mgm topo: the link matrix.
 #include "mgm_tool.hpp"
+#include "slurm_gres.hpp"
 
 #include <mgm/bytes.hpp>
 #include <mgm/device.hpp>
 #include <mgm/error.hpp>
 #include <mgm/topology/discovery.hpp>
+#include <mgm/telemetry/nvml.hpp>
 #include <mgm/topology/topology.hpp>
 
 #include <nlohmann/json.hpp>
@@ -78,6 +80,37 @@ nlohmann::json topology_json(const mgm::topology& t, bool bandwidth) {
   return out;
 }
 
+// gres.conf's extra figures: on the live machine, NVML's minor numbers and /sys's cores; for a
+// file or a simulated machine, the reasons they are unknown.
+gres_input gres_facts(const mgm::topology& t, const context& ctx, const std::string& file) {
+  gres_input in;
+  in.gpus.resize(t.gpu_count());
+  if (!file.empty() || ctx.simulated()) {
+    in.source = !file.empty() ? file : make_sim_links(ctx).name;
+    in.minor_note = !file.empty() ? "a topology file does not say" : "a simulated machine has no NVML";
+    in.cores_note = "topo -m's CPU lists are logical CPUs, not Slurm's core indices; run mgm topo --format slurm "
+                    "on the node itself";
+    return in;
+  }
+  in.source = "this machine";
+  std::string why;
+  const auto nvml = mgm::telemetry::nvml_library::acquire(&why);
+  in.minor_note = nvml ? "NVML did not give it" : "NVML is not available: " + why;
+  for (std::size_t g = 0; g < t.gpu_count(); ++g) {
+    const std::string bus = t.gpus()[g].pci_bus_id.empty()
+                                ? std::string{}
+                                : mgm::telemetry::normalise_pci_bus_id(t.gpus()[g].pci_bus_id);
+    for (unsigned i = 0; nvml && !bus.empty() && i < nvml->device_count(); ++i) {
+      const auto s = nvml->sample(i, false);
+      if (s.pci_bus_id == bus) in.gpus[g].minor = s.minor_number;
+    }
+    std::string cores_why;
+    in.gpus[g].cores = slurm_cores(t.gpus()[g].pci_bus_id, "/sys", &cores_why);
+    if (!in.gpus[g].cores) in.cores_note = cores_why;
+  }
+  return in;
+}
+
 }  // namespace
 
 void add_topo(CLI::App& app, context& ctx) {
@@ -85,11 +118,22 @@ void add_topo(CLI::App& app, context& ctx) {
                                          "simulated one, or a topo -m / NCCL XML file");
   auto file = std::make_shared<std::string>();
   auto bandwidth = std::make_shared<bool>(false);
+  auto format = std::make_shared<std::string>("smi");
   cmd->add_option("--file", *file, "A saved `nvidia-smi topo -m` output or an NCCL topology XML");
   cmd->add_flag("--bandwidth", *bandwidth, "Add the per-direction bandwidth of each pair (GB/s, with its source)");
-  cmd->footer("Example: mgm topo --file topo.txt --bandwidth    (or: mgm --sim dgx-h100 topo)");
-  cmd->callback([&ctx, file, bandwidth] {
+  cmd->add_option("--format", *format, "smi: nvidia-smi topo -m's matrix; slurm: gres.conf lines (Links=, Cores=)")
+      ->check(CLI::IsMember({"smi", "slurm"}))
+      ->capture_default_str();
+  cmd->footer("Example: mgm topo --file topo.txt --bandwidth    (or: mgm --sim dgx-h100 topo --format slurm)");
+  cmd->callback([&ctx, file, bandwidth, format] {
+    if (*format == "slurm" && (ctx.json || *bandwidth)) {
+      throw tool_error{exit_usage, "--format slurm writes gres.conf lines: it takes neither --json nor --bandwidth"};
+    }
     const mgm::topology t = !file->empty() ? read_topology_file(*file) : links_of(ctx);
+    if (*format == "slurm") {
+      std::printf("%s", gres_conf(t, gres_facts(t, ctx, *file)).c_str());
+      return;
+    }
     if (!ctx.json) {
       std::printf("%s", t.to_smi_matrix(*bandwidth).c_str());
       return;

@@ -34,6 +34,7 @@ struct device_sample {
   std::string uuid;                          ///< `GPU-xxxxxxxx-...`, empty when unknown
   std::string pci_bus_id;                    ///< `00000000:17:00.0`, empty when unknown
   std::string name;
+  std::optional<unsigned> minor_number;      ///< N of /dev/nvidiaN (NVML only)
 
   std::optional<std::uint64_t> memory_total;
   std::optional<std::uint64_t> memory_used;

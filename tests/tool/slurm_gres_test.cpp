@@ -1,0 +1,70 @@
+// gres.conf lines: Links= from the topology, Cores= from a sysfs tree (a fake one here).
+#include "slurm_gres.hpp"
+
+#include "run_mgm.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+namespace {
+
+using mgm_tool_test::run_mgm;
+
+void write(const std::filesystem::path& p, const std::string& text) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream{p} << text << "\n";
+}
+
+// Two packages of four cores, two threads each: CPUs 0-3 and 8-11 on package 0, 4-7 and 12-15 on
+// package 1; core ids 0, 1, 4, 5 within each package (ids need not be contiguous).
+std::filesystem::path fake_sys() {
+  const auto root = std::filesystem::temp_directory_path() / ("mgm-sys-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  const unsigned ids[] = {0, 1, 4, 5};
+  for (unsigned cpu = 0; cpu < 16; ++cpu) {
+    const auto dir = root / "devices" / "system" / "cpu" / ("cpu" + std::to_string(cpu)) / "topology";
+    write(dir / "physical_package_id", std::to_string((cpu / 4) % 2));
+    write(dir / "core_id", std::to_string(ids[cpu % 4]));
+  }
+  write(root / "devices" / "system" / "cpu" / "cpufreq" / "boost", "1");  // not a CPU
+  write(root / "bus" / "pci" / "devices" / "0000:17:00.0" / "local_cpulist", "4-7,12-15");
+  write(root / "bus" / "pci" / "devices" / "0000:b1:00.0" / "local_cpulist", "0-15");
+  write(root / "bus" / "pci" / "devices" / "0000:ca:00.0" / "local_cpulist", "zero");
+  return root;
+}
+
+}  // namespace
+
+TEST_CASE("slurm_cores: Slurm's core indices of a GPU's local CPUs, package by package", "[tool]") {
+  const auto sys = fake_sys();
+  CHECK(mgm_tool::slurm_cores("00000000:17:00.0", sys) == "4-7");  // NVML's form of the bus id
+  CHECK(mgm_tool::slurm_cores("00000000:B1:00.0", sys) == "0-7");
+  std::string why;
+  CHECK_FALSE(mgm_tool::slurm_cores("00000000:CA:00.0", sys, &why));
+  CHECK(why.find("not a CPU list") != std::string::npos);
+  CHECK_FALSE(mgm_tool::slurm_cores("00000000:01:00.0", sys, &why));
+  CHECK(why.find("local_cpulist") != std::string::npos);
+  CHECK_FALSE(mgm_tool::slurm_cores("", sys, &why));
+  std::filesystem::remove_all(sys);
+}
+
+TEST_CASE("mgm topo --format slurm: Links= from NVLink counts, File= by index with the reason", "[tool]") {
+  const auto v100 = run_mgm("--sim dgx1-v100 topo --format slurm");
+  REQUIRE(v100.rc == 0);
+  // DGX-1's hybrid cube mesh: GPU 0 has one link to 1 and 2, two to 3 and 4, none to 5-7.
+  CHECK(v100.out.find("Name=gpu File=/dev/nvidia0 Links=-1,1,1,2,2,0,0,0\n") != std::string::npos);
+  CHECK(v100.out.find("Name=gpu File=/dev/nvidia7 Links=0,0,0,1,2,1,2,-1\n") != std::string::npos);
+  CHECK(v100.out.find("not NVML's minor number (a simulated machine has no NVML)") != std::string::npos);
+  CHECK(v100.out.find("Cores= left out") != std::string::npos);
+  CHECK(v100.out.find("Cores=0") == std::string::npos);
+  const auto h100 = run_mgm("--sim dgx-h100 topo --format slurm");
+  REQUIRE(h100.rc == 0);
+  CHECK(h100.out.find("Name=gpu File=/dev/nvidia3 Links=18,18,18,-1,18,18,18,18\n") != std::string::npos);
+  const auto mixed = run_mgm("--sim pcie-4gpu-mixed topo --format slurm");
+  REQUIRE(mixed.rc == 0);
+  CHECK(mixed.out.find("Links=-1,0,0,0\n") != std::string::npos);
+  CHECK(run_mgm("--sim dgx-h100 topo --format slurm --json").rc == 1);
+  CHECK(run_mgm("--sim dgx-h100 topo --format nccl").rc == 1);
+}
