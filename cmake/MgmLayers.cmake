@@ -6,6 +6,14 @@
 
 set(MGM_LAYERS "")
 
+# The standard headers most of the library's files include, parsed once: parsing them was most of
+# each file's compile time (55-75 %, -ftime-report). The core layer compiles them; every other
+# layer reuses its precompiled header (they share its compile options, which they link publicly).
+set(MGM_PCH_HEADERS
+    <algorithm> <array> <atomic> <chrono> <cstddef> <cstdint> <cstdio> <cstring> <filesystem> <fstream>
+    <functional> <map> <memory> <mutex> <optional> <ostream> <set> <span> <sstream> <stdexcept> <string>
+    <string_view> <system_error> <thread> <unordered_map> <utility> <vector>)
+
 # mgm_layer(NAME [SOURCES file...] [DEPS layer...]): a static library for a layer with sources, an
 # interface library for a header-only one.
 function(mgm_layer name)
@@ -24,6 +32,11 @@ function(mgm_layer name)
     # exported targets carry no dependency on it; its implementation is compiled once, in the core
     # layer (src/fmt.cpp, src/detail/fmt.hpp).
     target_include_directories(${target} SYSTEM PRIVATE ${MGM_FMT_INCLUDE})
+    if(name STREQUAL "core")
+      target_precompile_headers(${target} PRIVATE ${MGM_PCH_HEADERS})
+    else()
+      target_precompile_headers(${target} REUSE_FROM mgm_core)
+    endif()
   else()
     add_library(${target} INTERFACE)
     foreach(dep IN LISTS L_DEPS)

@@ -2,17 +2,23 @@
 #include <mgm/partition/cluster.hpp>
 
 #include <algorithm>
+#include <limits>
 
 namespace mgm {
 
 namespace {
 
+constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+
 // What one GPU can hold, as `partition` counts it.
 std::size_t capacity_of(const partition_device& d, std::size_t bytes_per_item) {
   const std::size_t held = d.reserve_bytes + d.overhead_bytes;
-  if (d.free_bytes <= held || bytes_per_item == 0) return 0;
-  return std::min(d.max_items, (d.free_bytes - held) / bytes_per_item);
+  if (d.free_bytes < held) return 0;
+  const std::size_t by_memory = bytes_per_item == 0 ? unlimited : (d.free_bytes - held) / bytes_per_item;
+  return std::min(d.max_items, by_memory);
 }
+
+std::size_t saturating_add(std::size_t a, std::size_t b) { return b > unlimited - a ? unlimited : a + b; }
 
 }  // namespace
 
@@ -20,20 +26,29 @@ cluster_plan partition_cluster(const partition_request& r, const std::vector<clu
   if (nodes.empty()) throw logic_error{"partition_cluster: no nodes"};
   partition_request top = r;
   top.devices.clear();
+  // `equal` is equal per GPU: a node weighs as many GPUs as it has.
+  if (r.policy == partition_policy::equal) top.policy = partition_policy::weights;
+  const std::size_t g = std::max<std::size_t>(r.granularity, 1);
   for (const auto& n : nodes) {
     if (n.gpus.empty()) throw logic_error{"partition_cluster: node '" + n.name + "' has no GPUs"};
     partition_device whole;
     whole.throughput = 0.0;
+    whole.weight = 0.0;
     whole.max_items = 0;
-    for (const auto& g : n.gpus) {
-      const std::size_t held = g.reserve_bytes + g.overhead_bytes;
-      whole.free_bytes += g.free_bytes > held ? g.free_bytes - held : 0;
-      whole.max_items += capacity_of(g, r.bytes_per_item);
-      whole.min_items += g.min_items;
-      whole.throughput += g.throughput;
-      whole.weight = g.weight;  // `weights` weighs nodes by their first GPU's weight times its GPUs
+    std::size_t largest_leftover = 0;
+    for (const auto& gpu : n.gpus) {
+      const std::size_t held = gpu.reserve_bytes + gpu.overhead_bytes;
+      whole.free_bytes = saturating_add(whole.free_bytes, gpu.free_bytes > held ? gpu.free_bytes - held : 0);
+      // Whole units on each GPU; what is left over below a unit only on one of them (where the
+      // inner plan puts the items that are not a whole unit).
+      const std::size_t cap = capacity_of(gpu, r.bytes_per_item);
+      whole.max_items = saturating_add(whole.max_items, cap / g * g);
+      largest_leftover = std::max(largest_leftover, cap % g);
+      whole.min_items += gpu.min_items;
+      whole.throughput += gpu.throughput;
+      whole.weight += r.policy == partition_policy::equal ? 1.0 : gpu.weight;
     }
-    whole.weight *= static_cast<double>(n.gpus.size());
+    whole.max_items = saturating_add(whole.max_items, largest_leftover);
     top.devices.push_back(whole);
   }
   partition_plan first;

@@ -58,6 +58,9 @@ const cuda_vmm_driver& cuda_vmm_driver::real() {
     lookup("cuGetErrorName", d.error_name, problem);
     lookup("cuDeviceGet", d.device_get, problem);
     lookup("cuDeviceGetAttribute", d.device_attribute, problem);
+    std::string optional;  // shareable memory only: their absence is said when they are called
+    lookup("cuMemExportToShareableHandle", d.export_shareable, optional);
+    lookup("cuMemImportFromShareableHandle", d.import_shareable, optional);
     d.unavailable = std::move(problem);
     return d;
   }();
@@ -88,16 +91,45 @@ bool cuda_vmm_ops::supported(device_id d) const {
   // The runtime has no attribute for this; the driver's CU_DEVICE_ATTRIBUTE_... does.
   CUdevice dev{};
   int value = 0;
-  return a.device_get(&dev, d.value()) == CUDA_SUCCESS &&
-         a.device_attribute(&value, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) == CUDA_SUCCESS &&
-         value != 0;
+  if (a.device_get(&dev, d.value()) != CUDA_SUCCESS ||
+      a.device_attribute(&value, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) != CUDA_SUCCESS || value == 0) {
+    return false;
+  }
+  if (sharing_ != vmm_sharing::shareable) return true;
+  int fd = 0;
+  return a.device_attribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev) == CUDA_SUCCESS &&
+         fd != 0;
+}
+
+// Shareable memory asks for the handle types it can have on `d`, and for GPUDirect RDMA.
+CUmemAllocationProp cuda_vmm_ops::prop_for(device_id d) const {
+  CUmemAllocationProp prop = device_prop(d);
+  if (sharing_ != vmm_sharing::shareable) return prop;
+  const auto& a = *driver_;
+  unsigned types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUdevice dev{};
+  if (a.device_get(&dev, d.value()) == CUDA_SUCCESS) {
+    int fabric = 0;
+    int rdma = 0;
+    if (a.device_attribute(&fabric, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, dev) == CUDA_SUCCESS && fabric != 0) {
+      types |= CU_MEM_HANDLE_TYPE_FABRIC;
+    }
+    if (a.device_attribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, dev) == CUDA_SUCCESS &&
+        rdma != 0) {
+      prop.allocFlags.gpuDirectRDMACapable = 1;
+    }
+  }
+  prop.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(types);
+  return prop;
 }
 
 std::size_t cuda_vmm_ops::granularity(device_id d) const {
   const auto& a = loaded();
-  const CUmemAllocationProp prop = device_prop(d);
+  const CUmemAllocationProp prop = prop_for(d);
+  const auto which =
+      sharing_ == vmm_sharing::shareable ? CU_MEM_ALLOC_GRANULARITY_RECOMMENDED : CU_MEM_ALLOC_GRANULARITY_MINIMUM;
   std::size_t g = 0;
-  if (const CUresult r = a.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM); r != CUDA_SUCCESS) {
+  if (const CUresult r = a.granularity(&g, &prop, which); r != CUDA_SUCCESS) {
     fail(r, "cuMemGetAllocationGranularity");
   }
   return g;
@@ -121,9 +153,14 @@ void cuda_vmm_ops::unreserve(void* va, std::size_t bytes) const noexcept {
 
 cuda_vmm_ops::physical_handle cuda_vmm_ops::create(device_id d, std::size_t bytes) const {
   const auto& a = loaded();
-  const CUmemAllocationProp prop = device_prop(d);
+  CUmemAllocationProp prop = prop_for(d);
   CUmemGenericAllocationHandle h = 0;
-  const CUresult r = a.create(&h, bytes, &prop, 0);
+  CUresult r = a.create(&h, bytes, &prop, 0);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && (prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) != 0) {
+    // Fabric handles need an IMEX channel the process may not have: without them, as NCCL does.
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    r = a.create(&h, bytes, &prop, 0);
+  }
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     throw out_of_memory{"device " + std::to_string(d.value()) + ": out of memory creating " +
                             detail::describe_bytes(bytes) + " of physical memory (cuMemCreate)",
@@ -164,6 +201,35 @@ void cuda_vmm_ops::set_access(void* va, std::size_t bytes, std::span<const devic
       r != CUDA_SUCCESS) {
     fail(r, "cuMemSetAccess");
   }
+}
+
+int cuda_vmm_ops::export_handle(physical_handle h) const {
+  const auto& a = loaded();
+  if (sharing_ != vmm_sharing::shareable) {
+    throw logic_error{"cuda_vmm_ops::export_handle: this memory was created process-local (use vmm_sharing::shareable)"};
+  }
+  if (a.export_shareable == nullptr) {
+    throw cuda_error{cudaErrorNotSupported, "cuMemExportToShareableHandle is not in this driver"};
+  }
+  int fd = -1;
+  if (const CUresult r = a.export_shareable(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0); r != CUDA_SUCCESS) {
+    fail(r, "cuMemExportToShareableHandle");
+  }
+  return fd;
+}
+
+cuda_vmm_ops::physical_handle cuda_vmm_ops::import_handle(int fd) const {
+  const auto& a = loaded();
+  if (a.import_shareable == nullptr) {
+    throw cuda_error{cudaErrorNotSupported, "cuMemImportFromShareableHandle is not in this driver"};
+  }
+  CUmemGenericAllocationHandle h = 0;
+  // The driver takes the descriptor's value in the pointer.
+  void* as_pointer = reinterpret_cast<void*>(static_cast<std::intptr_t>(fd));
+  if (const CUresult r = a.import_shareable(&h, as_pointer, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR); r != CUDA_SUCCESS) {
+    fail(r, "cuMemImportFromShareableHandle");
+  }
+  return h;
 }
 
 }  // namespace mgm

@@ -43,6 +43,7 @@ inline constexpr int clock_mem = 2;         // NVML_CLOCK_MEM
 inline constexpr int pcie_tx_bytes = 0;     // NVML_PCIE_UTIL_TX_BYTES (KB/s)
 inline constexpr int pcie_rx_bytes = 1;     // NVML_PCIE_UTIL_RX_BYTES (KB/s)
 inline constexpr int feature_enabled = 1;   // NVML_FEATURE_ENABLED
+inline constexpr unsigned mig_enabled = 1;  // NVML_DEVICE_MIG_ENABLE
 
 // nvmlPciInfo_t (the _v3 layout: busIdLegacy first).
 struct pci_info_t {
@@ -127,5 +128,7 @@ using utilization_fn = return_t (*)(device_t, utilization_t*);
 using processes_v1_fn = return_t (*)(device_t, unsigned int*, process_info_v1_t*);
 using processes_fn = return_t (*)(device_t, unsigned int*, process_info_t*);
 using process_name_fn = return_t (*)(unsigned int, char*, unsigned int);
+using mig_mode_fn = return_t (*)(device_t, unsigned int*, unsigned int*);
+using mig_handle_fn = return_t (*)(device_t, unsigned int, device_t*);
 
 }  // namespace mgm::nvml_abi

@@ -128,6 +128,9 @@ device_sample sample_from_json(const nlohmann::json& j) {
   s.pcie_rx_mb_s = get_double(j, key::pcie_rx, "mgm.pcie.rx");
   s.pcie_tx_mb_s = get_double(j, key::pcie_tx, "mgm.pcie.tx");
   s.nvlink_up = get_unsigned(j, key::nvlink_up);
+  if (const auto gi = get_unsigned(j, key::mig_gpu_instance)) {
+    s.mig = mig_identity{*gi, get_unsigned(j, key::mig_compute_instance).value_or(0), get_string(j, key::mig_profile)};
+  }
   s.pool_allocated = get_memory(j, key::pool_allocated, "mgm.pool.allocated");
   s.pool_reserved = get_memory(j, key::pool_reserved, "mgm.pool.reserved");
   if (const auto* ps = member(j, key::processes)) {

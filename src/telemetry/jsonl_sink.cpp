@@ -62,6 +62,11 @@ std::string to_json_line(const device_sample& s) {
   put(j, key::nvlink_up, s.nvlink_up);
   put_memory(j, key::pool_allocated, s.pool_allocated);
   put_memory(j, key::pool_reserved, s.pool_reserved);
+  if (s.mig) {
+    j[key::mig_gpu_instance] = s.mig->gpu_instance_id;
+    j[key::mig_compute_instance] = s.mig->compute_instance_id;
+    j[key::mig_profile] = s.mig->profile;
+  }
   if (!s.processes.empty()) {
     auto& ps = j[key::processes] = ordered::array();
     for (const auto& p : s.processes) {

@@ -47,6 +47,11 @@ struct nvml_library::impl {
   abi::processes_fn processes{nullptr};
   abi::processes_v1_fn processes_v1{nullptr};
   abi::process_name_fn process_name{nullptr};
+  abi::mig_mode_fn mig_mode{nullptr};
+  abi::device_uint_fn max_mig_devices{nullptr};
+  abi::mig_handle_fn mig_handle{nullptr};
+  abi::device_uint_fn gpu_instance_id{nullptr};
+  abi::device_uint_fn compute_instance_id{nullptr};
 
   template <class F>
   F symbol(const char* sym) const noexcept {
@@ -129,6 +134,11 @@ std::shared_ptr<nvml_library> nvml_library::acquire(std::string* why) noexcept {
     p->uuid = p->symbol<abi::device_string_fn>("nvmlDeviceGetUUID");
     p->pci_info = p->first_of<abi::pci_info_fn>({"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2"});
     p->minor_number = p->symbol<abi::device_uint_fn>("nvmlDeviceGetMinorNumber");
+    p->mig_mode = p->symbol<abi::mig_mode_fn>("nvmlDeviceGetMigMode");
+    p->max_mig_devices = p->symbol<abi::device_uint_fn>("nvmlDeviceGetMaxMigDeviceCount");
+    p->mig_handle = p->symbol<abi::mig_handle_fn>("nvmlDeviceGetMigDeviceHandleByIndex");
+    p->gpu_instance_id = p->symbol<abi::device_uint_fn>("nvmlDeviceGetGpuInstanceId");
+    p->compute_instance_id = p->symbol<abi::device_uint_fn>("nvmlDeviceGetComputeInstanceId");
     p->memory_v2 = p->symbol<abi::memory_v2_fn>("nvmlDeviceGetMemoryInfo_v2");
     p->memory_v1 = p->symbol<abi::memory_v1_fn>("nvmlDeviceGetMemoryInfo");
     if (p->memory_v2 == nullptr && p->memory_v1 != nullptr) {
@@ -384,6 +394,83 @@ device_sample nvml_library::sample(unsigned int index, bool with_processes) cons
     s.missing.push_back(std::string{"sample: "} + e.what());
   }
   return s;
+}
+
+std::vector<device_sample> nvml_library::mig_instances(unsigned int index) const {
+  std::vector<device_sample> out;
+  const impl& m = *impl_;
+  if (m.mig_mode == nullptr || m.max_mig_devices == nullptr || m.mig_handle == nullptr) return out;
+  abi::device_t dev{nullptr};
+  unsigned int current = 0;
+  unsigned int pending = 0;
+  unsigned int slots = 0;
+  if (m.handle_by_index(index, &dev) != abi::success || m.mig_mode(dev, &current, &pending) != abi::success ||
+      current != abi::mig_enabled || m.max_mig_devices(dev, &slots) != abi::success) {
+    return out;
+  }
+  try {
+    std::string bus;
+    if (m.pci_info != nullptr) {
+      abi::pci_info_t pci{};
+      if (m.pci_info(dev, &pci) == abi::success) bus = normalise_pci_bus_id(pci.bus_id);
+    }
+    std::optional<unsigned> minor;
+    if (unsigned int v = 0; m.minor_number != nullptr && m.minor_number(dev, &v) == abi::success) minor = v;
+    for (unsigned int slot = 0; slot < slots; ++slot) {
+      abi::device_t mig{nullptr};
+      if (m.mig_handle(dev, slot, &mig) != abi::success) continue;  // an empty slot: NOT_FOUND
+      device_sample s;
+      s.time = clock::now();
+      s.index = static_cast<int>(index);
+      s.pci_bus_id = bus;
+      s.minor_number = minor;
+      mig_identity id;
+      if (unsigned int v = 0; m.gpu_instance_id != nullptr && m.gpu_instance_id(mig, &v) == abi::success) {
+        id.gpu_instance_id = v;
+      }
+      if (unsigned int v = 0; m.compute_instance_id != nullptr && m.compute_instance_id(mig, &v) == abi::success) {
+        id.compute_instance_id = v;
+      }
+      if (m.name != nullptr) {
+        char buf[abi::name_buffer_size] = {};
+        if (m.name(mig, buf, sizeof buf) == abi::success) s.name = buf;
+      }
+      // "NVIDIA A100-SXM4-80GB MIG 3g.40gb": the profile is the last word.
+      if (const auto at = s.name.rfind(' '); at != std::string::npos && s.name.find(" MIG ") != std::string::npos) {
+        id.profile = s.name.substr(at + 1);
+      }
+      s.mig = std::move(id);
+      if (m.uuid != nullptr) {
+        char buf[abi::uuid_buffer_size] = {};
+        if (m.uuid(mig, buf, sizeof buf) == abi::success) s.uuid = buf;
+      }
+      abi::return_t mr = abi::error_function_not_found;
+      if (m.memory_v2 != nullptr) {
+        abi::memory_v2_t mem{};
+        mem.version = abi::memory_v2_version;
+        if (mr = m.memory_v2(mig, &mem); mr == abi::success) {
+          s.memory_total = mem.total;
+          s.memory_used = mem.used;
+          s.memory_free = mem.free;
+          s.memory_reserved = mem.reserved;
+        }
+      }
+      if (mr != abi::success && m.memory_v1 != nullptr) {
+        abi::memory_v1_t mem{};
+        if (mr = m.memory_v1(mig, &mem); mr == abi::success) {
+          s.memory_total = mem.total;
+          s.memory_used = mem.used;
+          s.memory_free = mem.free;
+        }
+      }
+      if (mr != abi::success) s.missing.push_back("memory: " + m.describe(mr));
+      s.missing.emplace_back("temperature, power, clocks, PCIe, NVLink, utilization: the GPU's, not the instance's");
+      out.push_back(std::move(s));
+    }
+  } catch (const std::exception&) {
+    // Out of memory while building strings: the instances read so far.
+  }
+  return out;
 }
 
 std::string normalise_pci_bus_id(std::string_view id) {

@@ -77,7 +77,10 @@ class nvml_source final : public source {
   [[nodiscard]] std::string name() const override { return "nvml"; }
   [[nodiscard]] std::vector<device_sample> sample() override {
     std::vector<device_sample> out;
-    for (unsigned int i = 0; i < lib_->device_count(); ++i) out.push_back(lib_->sample(i));
+    for (unsigned int i = 0; i < lib_->device_count(); ++i) {
+      out.push_back(lib_->sample(i));
+      for (auto& mig : lib_->mig_instances(i)) out.push_back(std::move(mig));  // after its GPU
+    }
     join_cuda_ordinals(out, cuda_);
     add_pool_figures(out, false, cuda_);
     return out;

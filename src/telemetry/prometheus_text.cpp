@@ -43,6 +43,11 @@ std::string escape_label(std::string_view v) {
 std::string labels(const device_sample& s, std::span<const std::pair<std::string, std::string>> extra = {}) {
   std::string out = "gpu=\"" + std::to_string(s.index) + "\",uuid=\"" + escape_label(s.uuid) + "\",pci_bus_id=\"" +
                     escape_label(s.pci_bus_id) + "\",model_name=\"" + escape_label(s.name) + "\"";
+  if (s.mig) {
+    // dcgm-exporter's GPU_I_ID and GPU_I_PROFILE, in snake case.
+    out += ",gpu_instance_id=\"" + std::to_string(s.mig->gpu_instance_id) + "\",compute_instance_id=\"" +
+           std::to_string(s.mig->compute_instance_id) + "\",mig_profile=\"" + escape_label(s.mig->profile) + "\"";
+  }
   for (const auto& [name, value] : extra) out += "," + name + "=\"" + escape_label(value) + "\"";
   return out;
 }

@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 namespace mgm::telemetry {
@@ -291,9 +292,13 @@ std::vector<published_process> read_published(const std::filesystem::path& dir, 
 bool same_gpu(const device_sample& sample, const published_device& device, bool simulated) {
   if (simulated) return device.simulated && device.ordinal == sample.index;
   if (device.simulated) return false;
-  const bool same_bus = !sample.pci_bus_id.empty() && !device.pci_bus_id.empty() &&
-                        normalise_pci_bus_id(device.pci_bus_id) == normalise_pci_bus_id(sample.pci_bus_id);
-  return same_bus || (!sample.uuid.empty() && device.uuid == sample.uuid);
+  // Where both have a UUID it decides: a MIG instance shares its GPU's bus id, so a pool on an
+  // instance must not count on the GPU as well (CUDA writes GPU- where NVML writes MIG-).
+  const auto bare = [](std::string_view u) { return u.size() > 4 && u[3] == '-' ? u.substr(4) : u; };
+  if (!sample.uuid.empty() && !device.uuid.empty()) return bare(sample.uuid) == bare(device.uuid);
+  if (sample.mig) return false;
+  return !sample.pci_bus_id.empty() && !device.pci_bus_id.empty() &&
+         normalise_pci_bus_id(device.pci_bus_id) == normalise_pci_bus_id(sample.pci_bus_id);
 }
 
 void add_published_figures(std::vector<device_sample>& samples, const std::vector<published_process>& published,

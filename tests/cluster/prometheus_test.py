@@ -13,10 +13,12 @@ Usage: prometheus_test.py MGM PUBLISHER_CHILD FAKE_NVML DEPLOY_DIR
 Exit 77 (skipped) when prometheus or promtool is not installed.
 """
 
+import ctypes
 import http.server
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -73,16 +75,32 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Processes:
-    """Everything the test starts, stopped (TERM, then KILL) whatever happens."""
+def die_with_parent():
+    """In a child before exec: SIGTERM when the test's process ends, even killed by CTest's timeout."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
-    def __init__(self):
+
+class Processes:
+    """Everything the test starts, stopped (TERM, then KILL) whatever happens. Each child's
+    standard error goes to a file (a pipe nobody drains could block it)."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
         self.started = []
 
     def start(self, args, **kw):
-        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+        err = open(os.path.join(self.tmp, "stderr.%d" % len(self.started)), "w+")
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=die_with_parent, **kw)
+        p.err_file = err
         self.started.append(p)
         return p
+
+    @staticmethod
+    def stderr_of(p):
+        p.err_file.flush()
+        p.err_file.seek(0)
+        return p.err_file.read()
 
     def stop(self, p, timeout=10):
         if p.poll() is None:
@@ -100,14 +118,22 @@ class Processes:
                 self.stop(p, timeout=5)
 
 
+def read_line(p, what, timeout=20.0):
+    """A line of the child's output within `timeout`, or a failure naming `what`."""
+    ready, _, _ = select.select([p.stdout], [], [], min(timeout, remaining()))
+    if not ready:
+        fail("%s printed nothing within %.0f s: %s" % (what, timeout, Processes.stderr_of(p)))
+    return p.stdout.readline()
+
+
 def start_serve(procs, mgm, sim, node, env, extra=()):
     args = [mgm] + (["--sim", sim] if sim else []) + ["serve", "--listen", "127.0.0.1:0", "--interval", "1s"]
     args += ["--node-label", node] + list(extra)
     p = procs.start(args, env=env)
-    line = p.stdout.readline()
+    line = read_line(p, "mgm serve (%s)" % node)
     m = re.search(r"listening on http://([0-9.:]+)/metrics", line)
     if not m:
-        fail("mgm serve (%s) did not start: %r %s" % (node, line, p.stderr.read() if p.poll() is not None else ""))
+        fail("mgm serve (%s) did not start: %r %s" % (node, line, Processes.stderr_of(p)))
     return p, m.group(1)
 
 
@@ -140,7 +166,7 @@ def main():
         return 77
 
     tmp = tempfile.mkdtemp(prefix="mgm-prometheus-")
-    procs = Processes()
+    procs = Processes(tmp)
     try:
         return run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs)
     finally:
@@ -155,7 +181,7 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
 
     # A process with pools on simulated GPUs 0 (100 MiB) and 1 (300 MiB), publishing.
     pools = procs.start([child], env=dict(env, MGM_PUBLISH="1"), stdin=subprocess.PIPE)
-    ready = pools.stdout.readline().split()
+    ready = read_line(pools, "the publishing child").split()
     check(len(ready) == 2 and ready[0] == "ready", "the publishing child did not start: %r" % ready)
     pools_pid = ready[1]
 
@@ -166,7 +192,7 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
         serving[node] = (p, address)
         # What the node has, as `mgm status --json` says: the memory Prometheus must show.
         status = json.loads(subprocess.run([mgm, "--sim", node, "status", "--json"], capture_output=True, text=True,
-                                           check=True, env=env).stdout)
+                                           check=True, env=env, timeout=20).stdout)
         nodes[node] = {str(d["index"]): d["memory.total_mib"] * MIB for d in status["devices"]}
 
     # The exposition alone: promtool's lint, and what it holds.
@@ -186,6 +212,22 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
         fail("/nothing answered")
     except urllib.error.HTTPError as e:
         check(e.code == 404, "/nothing answered %d, not 404" % e.code)
+
+    # A node with NVML (the fake): GPU 0 in MIG mode with two instances, and GPU 1 whose memory
+    # cannot be read, a failing NVML reading.
+    nvml_config = os.path.join(tmp, "nvml.json")
+    with open(nvml_config, "w") as f:
+        json.dump({"driver_version": "580.65.06", "devices": [
+            {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-aaaa", "pci_bus_id": "00000000:07:00.0",
+             "memory": {"total": 80 << 30, "reserved": 1 << 30, "used": 10 << 30},
+             "mig": [{"name": "NVIDIA A100-SXM4-80GB MIG 3g.40gb", "uuid": "MIG-one", "gpu_instance_id": 1,
+                      "compute_instance_id": 0, "memory": {"total": 40 << 30, "reserved": 0, "used": 8 << 30}},
+                     {"name": "NVIDIA A100-SXM4-80GB MIG 2g.20gb", "uuid": "MIG-two", "gpu_instance_id": 5,
+                      "compute_instance_id": 0, "memory": {"total": 20 << 30, "reserved": 0, "used": 0}}]},
+            {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-bbbb", "pci_bus_id": "00000000:0F:00.0",
+             "memory": {"total": 80 << 30, "reserved": 1 << 30, "used": 10 << 30}, "unsupported": ["memory"]}]}, f)
+    nvml_env = dict(env, MGM_NVML_LIBRARY=fake_nvml, MGM_FAKE_NVML_CONFIG=nvml_config)
+    flaky, flaky_addr = start_serve(procs, mgm, None, "flaky", nvml_env)
 
     # A stand-in for dcgm-exporter on the same loopback: its names and labels, MiB.
     dcgm_text = "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED gauge\n"
@@ -223,7 +265,8 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
                 "scrape_configs:\n"
                 "  - job_name: mgm\n    static_configs:\n      - targets: ['%s', '%s']\n"
                 "  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n"
-                % (rules, serving["dgx-h100"][1], serving["pcie-4gpu-mixed"][1], dcgm.server_address[1]))
+                "  - job_name: nvml\n    static_configs:\n      - targets: ['%s']\n"
+                % (rules, serving["dgx-h100"][1], serving["pcie-4gpu-mixed"][1], dcgm.server_address[1], flaky_addr))
     server = procs.start([prometheus, "--config.file=" + config, "--storage.tsdb.path=" + os.path.join(tmp, "data"),
                           "--web.listen-address=127.0.0.1:%d" % port, "--log.level=warn"])
     api = "http://127.0.0.1:%d" % port
@@ -238,16 +281,16 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     # Every GPU of both nodes, with its memory.
     want = sum(len(g) for g in nodes.values())
     got = wait_for("%d GPU series in Prometheus" % want,
-                   lambda: (lambda r: r if len(r) == want else None)(query("mgm_gpu_memory_total_bytes")))
+                   lambda: (lambda r: r if len(r) == want else None)(query('mgm_gpu_memory_total_bytes{job="mgm"}')))
     seen = {}
     for s in got:
         seen.setdefault(s["metric"]["node"], {})[s["metric"]["gpu"]] = float(s["value"][1])
         check(s["metric"]["job"] == "mgm" and "instance" in s["metric"], "labels missing: %s" % s["metric"])
     check(seen == nodes, "Prometheus has %s, the nodes have %s" % (seen, nodes))
-    free = query("mgm_gpu_memory_free_bytes")
+    free = query('mgm_gpu_memory_free_bytes{job="mgm"}')
     check(len(free) == want, "free memory for %d GPUs, not %d" % (len(free), want))
     pool_series = wait_for("the pools' series",
-                           lambda: (lambda r: r if len(r) == 4 else None)(query("mgm_pool_allocated_bytes")))
+                           lambda: (lambda r: r if len(r) == 4 else None)(query('mgm_pool_allocated_bytes{job="mgm"}')))
     allocated = {(s["metric"]["node"], s["metric"]["gpu"]): float(s["value"][1]) for s in pool_series}
     check(allocated == {(n, g): b for n in nodes for g, b in (("0", 100 * MIB), ("1", 300 * MIB))},
           "pool figures: %s" % allocated)
@@ -278,8 +321,8 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
           "the dashboard's node variable would not list both nodes: %s" % instances)
 
     # mgm plan over the cluster: nodes first, each node's items one contiguous range.
-    def plan(*args):
-        return subprocess.run([mgm, "plan", "--prometheus", api, "--items", "80", "--bytes-per-item", "1GiB"]
+    def plan(*args, items="80"):
+        return subprocess.run([mgm, "plan", "--prometheus", api, "--items", items, "--bytes-per-item", "1GiB"]
                               + list(args), capture_output=True, text=True, env=env, timeout=30)
 
     r = plan("--selector", '{job="mgm"}', "--node-label", "node", "--json")
@@ -307,7 +350,16 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     check(out["source"].startswith("DCGM_FI_DEV_FB_FREE") and len(out["nodes"]) == 1, "dcgm plan: %s" % out)
     check({g["gpu"]: g["free_bytes"] for g in out["nodes"][0]["gpus"]} == {i: m * MIB for i, m in dcgm_free_mib.items()},
           "dcgm free memory: %s" % out["nodes"][0]["gpus"])
-    check(plan().returncode == 0 and "contiguous" in plan().stdout, "plan --prometheus without --json")
+    check(plan("--selector", '{job="mgm"}').returncode == 0 and "contiguous" in plan("--selector", '{job="mgm"}').stdout,
+          "plan --prometheus without --json")
+    # MIG: the instances take the items, not the GPU they divide; GPU 1 (unreadable) has no series.
+    r = plan("--selector", '{job="nvml"}', "--json", items="20")
+    check(r.returncode == 0, "plan over MIG instances: rc %d: %s" % (r.returncode, r.stderr))
+    migs = [(g["gpu"], g["gpu_instance_id"], g["free_bytes"]) for g in json.loads(r.stdout)["nodes"][0]["gpus"]]
+    check(migs == [(0, 1, 32 << 30), (0, 5, 20 << 30)], "MIG plan: %s" % migs)
+    mig_series = query('mgm_gpu_memory_total_bytes{job="nvml", mig_profile="3g.40gb"}')
+    check(len(mig_series) == 1 and mig_series[0]["metric"]["gpu_instance_id"] == "1" and
+          float(mig_series[0]["value"][1]) == 40 << 30, "the MIG instance's series: %s" % mig_series)
     for args, words in ((("--selector", '{job="nothing"}'), "holds no GPU series"),
                         (("--selector", '{job=~"("}'), "answered 400"),
                         (("--node-label", "rack"), "no label 'rack'")):
@@ -317,6 +369,16 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     r = subprocess.run([mgm, "plan", "--prometheus", down, "--items", "10", "--bytes-per-item", "1GiB"], capture_output=True,
                        text=True, timeout=30)
     check(r.returncode == 2 and "cannot reach Prometheus at " + down in r.stderr, "Prometheus down: %r" % r.stderr)
+    # A server that takes the connection and never answers: the request's deadline.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        mute = "http://127.0.0.1:%d" % silent.getsockname()[1]
+        began = time.monotonic()
+        r = subprocess.run([mgm, "plan", "--prometheus", mute, "--timeout", "1s", "--items", "10", "--bytes-per-item",
+                            "1GiB"], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 2 and "no answer within 1 s" in r.stderr and time.monotonic() - began < 10,
+              "a silent Prometheus: rc %d after %.1f s, %r" % (r.returncode, time.monotonic() - began, r.stderr))
 
     # Load: 1,000 scrapes from 8 clients; every answer complete, memory bounded.
     before = rss_kib(a_proc.pid)
@@ -347,31 +409,20 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     check(taken.returncode == 2 and "already in use" in taken.stderr,
           "a port in use: rc %d, %r" % (taken.returncode, taken.stderr))
 
-    # Failing NVML readings: GPU 1's memory cannot be read. GPU 0 is still exported, and the
-    # error count rises with every look.
-    nvml_config = os.path.join(tmp, "nvml.json")
-    with open(nvml_config, "w") as f:
-        json.dump({"driver_version": "580.65.06", "devices": [
-            {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-aaaa", "pci_bus_id": "00000000:07:00.0",
-             "memory": {"total": 80 << 30, "reserved": 1 << 30, "used": 10 << 30}},
-            {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-bbbb", "pci_bus_id": "00000000:0F:00.0",
-             "memory": {"total": 80 << 30, "reserved": 1 << 30, "used": 10 << 30}, "unsupported": ["memory"]}]}, f)
-    nvml_env = dict(env, MGM_NVML_LIBRARY=fake_nvml, MGM_FAKE_NVML_CONFIG=nvml_config)
-    flaky, flaky_addr = start_serve(procs, mgm, None, "flaky", nvml_env)
-
     def errors_total():
         m = re.search(r"^mgm_sample_errors_total\{[^}]*\} (\d+)$", get("http://%s/metrics" % flaky_addr)[1], re.M)
-        return int(m.group(1)) if m else None
+        return int(m.group(1)) if m else 0
 
-    first = wait_for("a sample error", lambda: errors_total())
+    first = wait_for("a sample error", errors_total)
     _, text = get("http://%s/metrics" % flaky_addr)
-    check(series_by_gpu(text, "mgm_gpu_memory_total_bytes") == {"0": float(80 << 30)}, "GPU 0 missing: " + text[:400])
+    whole = [line for line in text.splitlines() if line.startswith("mgm_gpu_memory_total_bytes{") and "gpu_instance_id" not in line]
+    check(len(whole) == 1 and 'gpu="0"' in whole[0] and whole[0].endswith(" %d" % (80 << 30)), "GPU 0 missing: %s" % whole)
     check(wait_for("the error count to rise", lambda: errors_total() > first, timeout=10), "errors did not rise")
 
     # SIGTERM: every exporter leaves cleanly.
     for p in [flaky] + [p for p, _ in serving.values()]:
         rc = procs.stop(p)
-        check(rc == 0, "mgm serve exited %d on SIGTERM: %s" % (rc, p.stderr.read()))
+        check(rc == 0, "mgm serve exited %d on SIGTERM: %s" % (rc, Processes.stderr_of(p)))
     pools.stdin.write("exit\n")
     pools.stdin.flush()
     check(pools.wait(timeout=10) == 0, "the publishing child failed")

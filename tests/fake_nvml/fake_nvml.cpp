@@ -36,12 +36,20 @@ fake_state& state() {
   return s;
 }
 
+// A handle is the device's index + 1; a MIG instance's adds (its slot + 1) << 16.
+constexpr std::uintptr_t mig_shift = 16;
+
 const nlohmann::json* device_of(abi::device_t d) {
-  const auto i = reinterpret_cast<std::uintptr_t>(d);
+  const auto h = reinterpret_cast<std::uintptr_t>(d);
+  const auto i = h & ((std::uintptr_t{1} << mig_shift) - 1);
+  const auto slot = h >> mig_shift;
   const auto& devs = state().config["devices"];
   if (state().live == 0) return nullptr;
   if (i == 0 || i > devs.size()) return nullptr;
-  return &devs[i - 1];
+  const auto& dev = devs[i - 1];
+  if (slot == 0) return &dev;
+  if (!dev.contains("mig") || slot > dev["mig"].size()) return nullptr;
+  return &dev["mig"][slot - 1];
 }
 
 bool unsupported(const nlohmann::json& dev, const char* what) {
@@ -168,6 +176,50 @@ FAKE_API abi::return_t nvmlDeviceGetPciInfo_v3(abi::device_t d, abi::pci_info_t*
   if (dev == nullptr) return abi::error_invalid_argument;
   *pci = abi::pci_info_t{};
   copy_string(dev->value("pci_bus_id", ""), pci->bus_id, sizeof pci->bus_id);
+  return abi::success;
+}
+
+// MIG: "mig": [{"name", "uuid", "gpu_instance_id", "compute_instance_id", "memory"}] on a GPU turns
+// MIG on; "max_mig" (default 7) is the slot count, slots past the list are empty (NOT_FOUND).
+FAKE_API abi::return_t nvmlDeviceGetMigMode(abi::device_t d, unsigned int* current, unsigned int* pending) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr || current == nullptr || pending == nullptr) return abi::error_invalid_argument;
+  if (unsupported(*dev, "mig")) return abi::error_not_supported;
+  *current = *pending = dev->contains("mig") ? abi::mig_enabled : 0;
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlDeviceGetMaxMigDeviceCount(abi::device_t d, unsigned int* count) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr || count == nullptr) return abi::error_invalid_argument;
+  *count = dev->contains("mig") ? dev->value("max_mig", 7U) : 0;
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlDeviceGetMigDeviceHandleByIndex(abi::device_t d, unsigned int slot, abi::device_t* mig) {
+  const auto* dev = device_of(d);
+  const auto h = reinterpret_cast<std::uintptr_t>(d);
+  if (dev == nullptr || mig == nullptr || (h >> mig_shift) != 0) return abi::error_invalid_argument;
+  if (!dev->contains("mig") || slot >= (*dev)["mig"].size()) return abi::error_not_found;
+  *mig = reinterpret_cast<abi::device_t>(h | ((std::uintptr_t{slot} + 1) << mig_shift));
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlDeviceGetGpuInstanceId(abi::device_t d, unsigned int* id) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr || id == nullptr || (reinterpret_cast<std::uintptr_t>(d) >> mig_shift) == 0) {
+    return abi::error_invalid_argument;
+  }
+  *id = dev->value("gpu_instance_id", 0U);
+  return abi::success;
+}
+
+FAKE_API abi::return_t nvmlDeviceGetComputeInstanceId(abi::device_t d, unsigned int* id) {
+  const auto* dev = device_of(d);
+  if (dev == nullptr || id == nullptr || (reinterpret_cast<std::uintptr_t>(d) >> mig_shift) == 0) {
+    return abi::error_invalid_argument;
+  }
+  *id = dev->value("compute_instance_id", 0U);
   return abi::success;
 }
 

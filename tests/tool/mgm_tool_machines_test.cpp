@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -190,4 +191,31 @@ TEST_CASE("mgm serve: bad addresses and intervals exit 2 before listening; no GP
   const auto none = run_mgm("serve --listen 127.0.0.1:0");
   CHECK(none.rc == 3);
   CHECK(none.err.find("--sim") != std::string::npos);
+}
+
+TEST_CASE("mgm status over NVML (the fake) with MIG: each instance a row after its GPU, in JSON too", "[tool]") {
+  const auto cfg = std::filesystem::temp_directory_path() / ("mgm-mig-" + std::to_string(::getpid()) + ".json");
+  std::ofstream{cfg} << R"({"devices": [
+    {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-a100", "pci_bus_id": "00000000:07:00.0",
+     "memory": {"total": 85899345920, "reserved": 0, "used": 0},
+     "mig": [{"name": "NVIDIA A100-SXM4-80GB MIG 3g.40gb", "uuid": "MIG-one", "gpu_instance_id": 1,
+              "compute_instance_id": 0, "memory": {"total": 42949672960, "reserved": 0, "used": 10737418240}},
+             {"name": "NVIDIA A100-SXM4-80GB MIG 2g.20gb", "uuid": "MIG-two", "gpu_instance_id": 5,
+              "compute_instance_id": 0, "memory": {"total": 21474836480, "reserved": 0, "used": 0}}]}]})";
+  const std::string env = "MGM_NVML_LIBRARY='" + std::string{MGM_FAKE_NVML_CURRENT} + "' MGM_FAKE_NVML_CONFIG='" + cfg.string() + "'";
+  const auto r = run_mgm("status", env);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("1 GPU, 2 MIG instances (nvml)") != std::string::npos);
+  CHECK(r.out.find("0.1 MIG 3g.40gb (GI 1)") != std::string::npos);
+  CHECK(r.out.find("10.0/40.0") != std::string::npos);
+  CHECK(r.out.find("0.5 MIG 2g.20gb (GI 5)") != std::string::npos);
+  CHECK(r.out.find("0.1") > r.out.find("A100-SXM4-80GB"));  // after its GPU
+  const auto j = run_mgm("status --json", env);
+  REQUIRE(j.rc == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  REQUIRE(doc["devices"].size() == 3);
+  CHECK(doc["devices"][1]["mgm.mig.gpu_instance_id"] == 1);
+  CHECK(doc["devices"][1]["mgm.mig.profile"] == "3g.40gb");
+  CHECK(doc["devices"][1]["uuid"] == "MIG-one");
+  std::filesystem::remove(cfg);
 }

@@ -2,6 +2,7 @@
 // sampler.
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/sim/machine.hpp>
+#include <mgm/telemetry/log_format.hpp>
 #include <mgm/telemetry/nvml.hpp>
 #include <mgm/telemetry/sampler.hpp>
 #include <mgm/telemetry/source.hpp>
@@ -282,4 +283,51 @@ TEST_CASE("sampler: a period, a bounded history, and a failing source never thro
   CHECK_FALSE(bad.latest().has_value());
   tel::sampler none{nullptr, std::chrono::milliseconds{5}};
   CHECK(none.errors() == 1);
+}
+
+TEST_CASE("nvml: MIG instances follow their GPU, with their ids, profile, UUID and memory", "[telemetry][nvml]") {
+  const fake_nvml_env env{fake_current.c_str(), R"({
+    "devices": [
+      {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-a100", "pci_bus_id": "00000000:07:00.0", "minor": 3,
+       "memory": {"total": 85899345920, "reserved": 0, "used": 0}, "max_mig": 7,
+       "mig": [{"name": "NVIDIA A100-SXM4-80GB MIG 3g.40gb", "uuid": "MIG-one", "gpu_instance_id": 1,
+                "compute_instance_id": 0, "memory": {"total": 42949672960, "reserved": 0, "used": 1073741824}},
+               {"name": "NVIDIA A100-SXM4-80GB MIG 2g.20gb", "uuid": "MIG-two", "gpu_instance_id": 5,
+                "compute_instance_id": 0, "memory": {"total": 21474836480, "reserved": 0, "used": 0}}]},
+      {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-h100", "pci_bus_id": "00000000:18:00.0", "minor": 0,
+       "memory": {"total": 85520809984, "reserved": 0, "used": 0}}
+    ]})"};
+  auto src = tel::make_nvml_source();
+  REQUIRE(src != nullptr);
+  const auto batch = src->sample();
+  REQUIRE(batch.size() == 4);  // the A100, its two instances, the H100
+  CHECK_FALSE(batch[0].mig);
+  CHECK(batch[0].minor_number == 3u);
+  const auto& one = batch[1];
+  REQUIRE(one.mig);
+  CHECK(one.index == 0);
+  CHECK(one.mig->gpu_instance_id == 1);
+  CHECK(one.mig->profile == "3g.40gb");
+  CHECK(one.uuid == "MIG-one");
+  CHECK(one.pci_bus_id == "00000000:07:00.0");
+  CHECK(one.minor_number == 3u);
+  CHECK(one.memory_total == 42949672960u);
+  CHECK(one.memory_used == 1073741824u);
+  REQUIRE(batch[2].mig);
+  CHECK(batch[2].mig->gpu_instance_id == 5);
+  CHECK(batch[2].mig->profile == "2g.20gb");
+  CHECK_FALSE(batch[3].mig);
+  CHECK(batch[3].index == 1);
+  CHECK(batch[1].key() != batch[0].key());
+  // The Prometheus exposition labels instances as dcgm-exporter does, in snake case.
+  const auto text = tel::to_prometheus(batch);
+  CHECK(text.find("mgm_gpu_memory_total_bytes{gpu=\"0\",uuid=\"MIG-one\",pci_bus_id=\"00000000:07:00.0\","
+                  "model_name=\"NVIDIA A100-SXM4-80GB MIG 3g.40gb\",gpu_instance_id=\"1\",compute_instance_id=\"0\","
+                  "mig_profile=\"3g.40gb\"} 42949672960\n") != std::string::npos);
+  // A JSON line keeps the instance.
+  const auto back = tel::read_jsonl_log(tel::to_json_line(one) + "\n");
+  REQUIRE(back.samples.size() == 1);
+  REQUIRE(back.samples[0].mig);
+  CHECK(back.samples[0].mig->gpu_instance_id == 1);
+  CHECK(back.samples[0].mig->profile == "3g.40gb");
 }

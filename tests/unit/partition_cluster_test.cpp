@@ -106,22 +106,63 @@ TEST_CASE("partition_cluster: invariants on generated clusters, every policy", "
       for (auto& g : n.gpus) {
         g = gpu((1 + rng() % 80) * gib, (rng() % 3) * gib);
         g.throughput = 0.25 + static_cast<double>(rng() % 8) / 4.0;
+        g.weight = 0.5 + static_cast<double>(rng() % 4);
       }
     }
     mgm::partition_request r;
     r.bytes_per_item = (1 + rng() % 512) << 20;
-    r.policy = round % 3 == 0 ? mgm::partition_policy::memory
-               : round % 3 == 1 ? mgm::partition_policy::throughput
-                                : mgm::partition_policy::equal;
-    std::size_t capacity = 0;
+    r.policy = round % 4 == 0 ? mgm::partition_policy::memory
+               : round % 4 == 1 ? mgm::partition_policy::throughput
+               : round % 4 == 2 ? mgm::partition_policy::equal
+                                : mgm::partition_policy::weights;
+    // Units of several items: any whole number of units the GPUs hold fits.
+    r.granularity = 1 + rng() % 4;
+    std::size_t units = 0;
     for (const auto& n : nodes) {
       for (const auto& g : n.gpus) {
-        capacity += g.free_bytes > g.reserve_bytes ? (g.free_bytes - g.reserve_bytes) / r.bytes_per_item : 0;
+        units += (g.free_bytes > g.reserve_bytes ? (g.free_bytes - g.reserve_bytes) / r.bytes_per_item : 0) / r.granularity;
       }
     }
-    r.items = capacity == 0 ? 0 : rng() % (capacity + 1);
+    r.items = (units == 0 ? 0 : rng() % (units + 1)) * r.granularity;
+    std::size_t capacity = units * r.granularity;
     INFO("round " << round << ", " << nodes.size() << " nodes, " << r.items << " of " << capacity << " items");
     const auto plan = mgm::partition_cluster(r, nodes);
     check_invariants(r, nodes, plan);
   }
+}
+
+TEST_CASE("partition_cluster: in units of several items a node holds whole units per GPU", "[partition]") {
+  // Node A: five GPUs of 3 items each hold 5 units of 2 (10 items, plus 1 left over on one GPU);
+  // node B: one GPU of 4. 14 items in units of 2: A 10, B 4 (A cannot take 12).
+  std::vector<mgm::cluster_node> nodes(2);
+  nodes[0].name = "A";
+  for (int i = 0; i < 5; ++i) nodes[0].gpus.push_back(gpu(3 * gib));
+  nodes[1].name = "B";
+  nodes[1].gpus = {gpu(4 * gib)};
+  mgm::partition_request r;
+  r.bytes_per_item = gib;
+  r.granularity = 2;
+  r.items = 14;
+  const auto plan = mgm::partition_cluster(r, nodes);
+  check_invariants(r, nodes, plan);
+  CHECK(plan.nodes[0].items == 10);
+  CHECK(plan.nodes[1].items == 4);
+  r.items = 15;  // the odd item fits where a GPU of A has one left over
+  check_invariants(r, nodes, mgm::partition_cluster(r, nodes));
+}
+
+TEST_CASE("partition_cluster: equal is equal per GPU, not per node", "[partition]") {
+  std::vector<mgm::cluster_node> nodes(2);
+  nodes[0].name = "eight";
+  for (int i = 0; i < 8; ++i) nodes[0].gpus.push_back(gpu(80 * gib));
+  nodes[1].name = "two";
+  nodes[1].gpus = {gpu(16 * gib), gpu(16 * gib)};
+  mgm::partition_request r;
+  r.bytes_per_item = gib / 4;
+  r.items = 100;
+  r.policy = mgm::partition_policy::equal;
+  const auto plan = mgm::partition_cluster(r, nodes);
+  check_invariants(r, nodes, plan);
+  CHECK(plan.nodes[0].items == 80);
+  CHECK(plan.nodes[1].items == 20);
 }

@@ -12,10 +12,15 @@
 #include <catch2/catch.hpp>
 
 #include <cuda.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstring>
+#include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,9 +55,25 @@ CUresult fake_reserve(CUdeviceptr* ptr, size_t size, size_t, CUdeviceptr addr, u
 CUresult fake_address_free(CUdeviceptr ptr, size_t size) {
   return guarded([&] { g_sim->vmm().unreserve(reinterpret_cast<void*>(ptr), size); });
 }
+// What the shareable-memory tests set and look at.
+struct fake_sharing_state {
+  bool fabric_supported{false};   // CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED
+  bool refuse_fabric{false};      // cuMemCreate refuses fabric handles (no IMEX channel)
+  int creates{0};
+  std::vector<CUmemAllocationProp> props;  // every cuMemCreate's properties
+  std::optional<CUmemAllocationGranularity_flags> granularity_asked;
+  std::map<int, CUmemGenericAllocationHandle> exported;  // descriptor -> handle
+};
+fake_sharing_state g_sharing;
+
 CUresult fake_create(CUmemGenericAllocationHandle* h, size_t size, const CUmemAllocationProp* prop, unsigned long long) {
   if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
     return CUDA_ERROR_INVALID_VALUE;
+  }
+  ++g_sharing.creates;
+  g_sharing.props.push_back(*prop);
+  if (g_sharing.refuse_fabric && (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) != 0) {
+    return CUDA_ERROR_NOT_PERMITTED;
   }
   return guarded([&] { *h = g_sim->vmm().create(device_id{prop->location.id}, size); });
 }
@@ -76,8 +97,25 @@ CUresult fake_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* de
   }
   return guarded([&] { g_sim->vmm().set_access(reinterpret_cast<void*>(ptr), size, readers); });
 }
-CUresult fake_granularity(size_t* g, const CUmemAllocationProp*, CUmemAllocationGranularity_flags) {
-  *g = mgm::sim::vmm_ops::granule_bytes;
+// The recommended granularity is twice the minimum here, so that a test can tell which was asked.
+CUresult fake_granularity(size_t* g, const CUmemAllocationProp*, CUmemAllocationGranularity_flags which) {
+  g_sharing.granularity_asked = which;
+  *g = mgm::sim::vmm_ops::granule_bytes * (which == CU_MEM_ALLOC_GRANULARITY_RECOMMENDED ? 2 : 1);
+  return CUDA_SUCCESS;
+}
+CUresult fake_export(void* out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType type, unsigned long long) {
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+  const int fd = ::memfd_create("mgm-fake-export", 0);
+  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  g_sharing.exported[fd] = h;
+  *static_cast<int*>(out) = fd;
+  return CUDA_SUCCESS;
+}
+CUresult fake_import(CUmemGenericAllocationHandle* h, void* handle, CUmemAllocationHandleType type) {
+  const auto fd = static_cast<int>(reinterpret_cast<std::intptr_t>(handle));
+  const auto it = g_sharing.exported.find(fd);
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || it == g_sharing.exported.end()) return CUDA_ERROR_INVALID_VALUE;
+  *h = it->second;
   return CUDA_SUCCESS;
 }
 CUresult fake_error_name(CUresult r, const char** name) {
@@ -90,7 +128,13 @@ CUresult fake_device_get(CUdevice* d, int ordinal) {
   return CUDA_SUCCESS;
 }
 CUresult fake_device_attribute(int* value, CUdevice_attribute attribute, CUdevice) {
-  *value = attribute == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ? 1 : 0;
+  switch (attribute) {
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED: *value = g_sharing.fabric_supported ? 1 : 0; break;
+    default: *value = 0;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -108,6 +152,8 @@ const mgm::cuda_vmm_driver& fake_driver() {
     t.error_name = fake_error_name;
     t.device_get = fake_device_get;
     t.device_attribute = fake_device_attribute;
+    t.export_shareable = fake_export;
+    t.import_shareable = fake_import;
     return t;
   }();
   return table;
@@ -115,8 +161,15 @@ const mgm::cuda_vmm_driver& fake_driver() {
 
 struct fake_driver_machine {
   mgm::sim::machine m{mgm::sim::parse_device_list("2x64MiB")};
-  fake_driver_machine() { g_sim = &m; }
-  ~fake_driver_machine() { g_sim = nullptr; }
+  fake_driver_machine() {
+    g_sim = &m;
+    g_sharing = {};
+  }
+  ~fake_driver_machine() {
+    for (const auto& [fd, h] : g_sharing.exported) ::close(fd);
+    g_sharing = {};
+    g_sim = nullptr;
+  }
 };
 
 // A simulated device whose virtual-memory seam is the real cuda_vmm_ops over the fake table: a
@@ -125,7 +178,9 @@ class fake_driver_device {
  public:
   using stream_ops_type = mgm::sim::stream_ops;
   using vmm_ops_type = mgm::cuda_vmm_ops;
-  explicit fake_driver_device(mgm::sim::device_allocator inner) : inner_{inner} {}
+  explicit fake_driver_device(mgm::sim::device_allocator inner,
+                              mgm::vmm_sharing sharing = mgm::vmm_sharing::process_local)
+      : inner_{inner}, sharing_{sharing} {}
   void* allocate(std::size_t b, std::size_t a = 256) { return inner_.allocate(b, a); }
   void deallocate(void* p, std::size_t b, std::size_t a = 256) noexcept { inner_.deallocate(p, b, a); }
   void* allocate_async(std::size_t b, std::size_t a, mgm::stream_ref s) { return inner_.allocate_async(b, a, s); }
@@ -133,7 +188,7 @@ class fake_driver_device {
     inner_.deallocate_async(p, b, a, s);
   }
   [[nodiscard]] stream_ops_type stream_ops() const noexcept { return inner_.stream_ops(); }
-  [[nodiscard]] vmm_ops_type vmm_ops() const noexcept { return mgm::cuda_vmm_ops{fake_driver()}; }
+  [[nodiscard]] vmm_ops_type vmm_ops() const noexcept { return mgm::cuda_vmm_ops{fake_driver(), sharing_}; }
   [[nodiscard]] std::size_t total_bytes() const { return inner_.total_bytes(); }
   friend bool operator==(const fake_driver_device&, const fake_driver_device&) = default;
   friend void get_property(const fake_driver_device&, mgm::device_accessible) noexcept {}
@@ -141,6 +196,7 @@ class fake_driver_device {
 
  private:
   mgm::sim::device_allocator inner_;
+  mgm::vmm_sharing sharing_;
 };
 static_assert(mgm::vmm_allocator<fake_driver_device>);
 
@@ -277,5 +333,75 @@ TEST_CASE("vmm contract: the pool's expandable segments over the real cuda_vmm_o
     REQUIRE(f.m.hazards().empty());
   }
   REQUIRE(f.m.memory(device_id{0}).used_bytes == 0);
+  REQUIRE(f.m.hazards().empty());
+}
+
+TEST_CASE("vmm: shareable memory has POSIX descriptors (fabric where supported) at the recommended granularity",
+          "[sim][vmm]") {
+  fake_driver_machine f;
+  g_sharing.fabric_supported = true;
+  const mgm::cuda_vmm_ops vmm{fake_driver(), mgm::vmm_sharing::shareable};
+  REQUIRE(vmm.supported(device_id{0}));
+  REQUIRE(vmm.granularity(device_id{0}) == 4 * MiB);  // NCCL's rule: the recommended granularity
+  REQUIRE(g_sharing.granularity_asked == CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+  const auto h = vmm.create(device_id{0}, 4 * MiB);
+  REQUIRE(g_sharing.props.size() == 1);
+  CHECK(g_sharing.props[0].requestedHandleTypes == (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC));
+  CHECK(g_sharing.props[0].allocFlags.gpuDirectRDMACapable == 1);
+  // Exported as a descriptor, and imported back to the same memory (as another process would).
+  const int fd = vmm.export_handle(h);
+  CHECK(fd >= 0);
+  CHECK(vmm.import_handle(fd) == h);
+  REQUIRE_THROWS_AS(vmm.import_handle(fd + 1000), mgm::cuda_error);
+  vmm.release(h);
+
+  // A driver that refuses fabric handles (no IMEX channel): created again with descriptors only.
+  g_sharing.refuse_fabric = true;
+  const auto h2 = vmm.create(device_id{0}, 4 * MiB);
+  REQUIRE(g_sharing.props.size() == 3);
+  CHECK(g_sharing.props[2].requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  vmm.release(h2);
+  // Without fabric support, descriptors are asked for from the start.
+  g_sharing.fabric_supported = false;
+  vmm.release(vmm.create(device_id{0}, 4 * MiB));
+  REQUIRE(g_sharing.props.size() == 4);
+  CHECK(g_sharing.props[3].requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+
+  // Process-local memory: no handle types, the minimum granularity, nothing to export.
+  const mgm::cuda_vmm_ops local{fake_driver()};
+  REQUIRE(local.granularity(device_id{0}) == 2 * MiB);
+  const auto h3 = local.create(device_id{0}, 2 * MiB);
+  CHECK(g_sharing.props.back().requestedHandleTypes == CU_MEM_HANDLE_TYPE_NONE);
+  REQUIRE_THROWS_AS(local.export_handle(h3), mgm::logic_error);
+  local.release(h3);
+  CHECK_FALSE(local == vmm);
+  REQUIRE(f.m.hazards().empty());
+}
+
+TEST_CASE("vmm: a pool's expandable segments over shareable memory: descriptors, whole recommended granules",
+          "[pool][vmm][judge]") {
+  fake_driver_machine f;
+  {
+    mgm::pool_options o;
+    o.expandable_segments = true;
+    mgm::caching_pool<fake_driver_device> pool{
+        fake_driver_device{f.m.allocator(device_id{0}), mgm::vmm_sharing::shareable}, o};
+    REQUIRE(pool.expandable());
+    mgm::sim::judged judged{f.m, pool};
+    const auto s1 = f.m.create_stream(device_id{0});
+    void* a = judged.allocate_async(10 * MiB, 256, s1);
+    void* b = judged.allocate_async(14 * MiB, 256, s1);
+    std::memset(a, 1, 10 * MiB);
+    std::memset(b, 2, 14 * MiB);
+    const auto mapped = f.m.vmm().mapped_bytes(device_id{0});
+    CHECK(mapped % (4 * MiB) == 0);  // what is mapped is whole recommended granules
+    CHECK(mapped >= 24 * MiB);
+    REQUIRE_FALSE(g_sharing.props.empty());
+    for (const auto& p : g_sharing.props) CHECK((p.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0);
+    judged.deallocate_async(a, 10 * MiB, 256, s1);
+    judged.deallocate_async(b, 14 * MiB, 256, s1);
+    (void)pool.release();
+    REQUIRE(f.m.vmm().mapped_bytes(device_id{0}) == 0);
+  }
   REQUIRE(f.m.hazards().empty());
 }

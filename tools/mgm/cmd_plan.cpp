@@ -74,6 +74,7 @@ void add_plan(CLI::App& app, context& ctx) {
     std::string prometheus;
     std::string selector;
     std::string node_label{"instance"};
+    std::string timeout{"10s"};
   };
   auto o = std::make_shared<options>();
   cmd->add_option("--items", o->items, "How many items (samples, layers, shards)")->required()->check(count_at_least(0));
@@ -96,6 +97,7 @@ void add_plan(CLI::App& app, context& ctx) {
                   "first, each node's items one contiguous range");
   cmd->add_option("--selector", o->selector, "With --prometheus: label matchers for the series, such as {job=\"gpu\"}");
   cmd->add_option("--node-label", o->node_label, "With --prometheus: the label that names a node")->capture_default_str();
+  cmd->add_option("--timeout", o->timeout, "With --prometheus: how long each request may take")->capture_default_str();
   cmd->footer(
       "Example: mgm --sim pcie-4gpu-mixed plan --items 50000 --bytes-per-item 1MiB --reserve 2GiB\n"
       "         mgm plan --prometheus http://prometheus:9090 --selector '{job=\"mgm\"}' --items 1000 --bytes-per-item 8GiB");
@@ -111,8 +113,8 @@ void add_plan(CLI::App& app, context& ctx) {
     for (const double t : o->throughput) {
       if (!(t > 0) || !std::isfinite(t)) throw tool_error{exit_bad_input, "--throughput values must be more than 0"};
     }
-    if (o->prometheus.empty() && (!o->selector.empty() || o->node_label != "instance")) {
-      throw tool_error{exit_usage, "--selector and --node-label are used with --prometheus only"};
+    if (o->prometheus.empty() && (!o->selector.empty() || o->node_label != "instance" || o->timeout != "10s")) {
+      throw tool_error{exit_usage, "--selector, --node-label and --timeout are used with --prometheus only"};
     }
     if (!o->prometheus.empty() && ctx.simulated()) {
       throw tool_error{exit_usage, "--prometheus plans over the cluster Prometheus sees; it does not take --sim"};
@@ -142,7 +144,9 @@ void add_plan(CLI::App& app, context& ctx) {
       mgm::partition_device each;
       each.reserve_bytes = reserve;
       each.overhead_bytes = overhead;
-      plan_cluster({o->prometheus, o->selector, o->node_label, o->policy, ctx.json}, r, each, o->throughput);
+      const double timeout_s = parse_duration(o->timeout).count();
+      if (!(timeout_s > 0)) throw tool_error{exit_bad_input, "--timeout must be more than 0 s"};
+      plan_cluster({o->prometheus, o->selector, o->node_label, o->policy, ctx.json, timeout_s}, r, each, o->throughput);
       return;
     }
     const machine_view v = view_of(ctx);

@@ -119,7 +119,8 @@ void add_serve(CLI::App& app, context& ctx) {
         if (now.taken && steady::now() - *now.taken <= stale_after) return {200, "text/plain; charset=utf-8", "ok\n"};
         const std::string error = sampler.last_error();
         return {503, "text/plain; charset=utf-8",
-                (now.taken ? "the last sample is older than " + std::to_string(stale_after.count() / 1000) + " s"
+                (now.taken ? "the last sample is older than " +
+                                 std::to_string(std::chrono::duration<double>(stale_after).count()) + " s"
                            : std::string{"no sample yet"}) +
                     (error.empty() ? "" : "; the last error: " + error) + "\n"};
       }

@@ -60,6 +60,16 @@ std::string top_processes(const tel::device_sample& s, std::size_t n, bool compa
   return out.empty() ? "--" : out;
 }
 
+// A GPU by its index; a MIG instance as GPU.GI ("0.1"), named by its profile.
+std::string index_label(const tel::device_sample& s) {
+  return s.mig ? std::to_string(s.index) + "." + std::to_string(s.mig->gpu_instance_id) : std::to_string(s.index);
+}
+std::string name_of(const tel::device_sample& s) {
+  if (s.mig) return "MIG " + s.mig->profile + " (GI " + std::to_string(s.mig->gpu_instance_id) + ")";
+  // "NVIDIA " starts every name: the model is what tells GPUs apart in 20 columns.
+  return s.name.rfind("NVIDIA ", 0) == 0 ? s.name.substr(7) : s.name;
+}
+
 // The default table fits 100 columns; --wide shows every metric.
 constexpr std::size_t narrow_width = 100;
 
@@ -99,9 +109,7 @@ void print_narrow(const std::vector<tel::device_sample>& batch) {
     const std::string power = opt_number(s.power_draw_w, "%.0f") + "/" + opt_number(s.power_limit_w, "%.0f");
     const std::string util = s.utilization_gpu_pct ? std::to_string(*s.utilization_gpu_pct) + "%" : "--";
     char row[160];
-    // "NVIDIA " starts every name: the model is what tells GPUs apart in 20 columns.
-    const std::string name = s.name.rfind("NVIDIA ", 0) == 0 ? s.name.substr(7) : s.name;
-    std::snprintf(row, sizeof row, "%-3d %-20.20s %13s %7s %4s %4s %9s %11s  ", s.index, name.c_str(),
+    std::snprintf(row, sizeof row, "%-3s %-20.20s %13s %7s %4s %4s %9s %11s  ", index_label(s).c_str(), name_of(s).c_str(),
                   used_total.c_str(), gib(s.memory_free).c_str(), util.c_str(),
                   opt_number(s.temperature_c, "%.0fC").c_str(), power.c_str(), pools.c_str());
     const std::string head{row};
@@ -120,7 +128,8 @@ void print_wide(const std::vector<tel::device_sample>& batch) {
     const std::string clocks = opt_uint(s.clock_sm_mhz) + "/" + opt_uint(s.clock_mem_mhz);
     const std::string pcie = s.pcie_gen ? "gen" + std::to_string(*s.pcie_gen) + " x" + opt_uint(s.pcie_width) : "--";
     const std::string util = s.utilization_gpu_pct ? std::to_string(*s.utilization_gpu_pct) + "%" : "--";
-    std::printf("%-3d %-24.24s %10s %10s %10s %9s %21s %4s %5s %15s %11s %8s %6s  %s\n", s.index, s.name.c_str(),
+    std::printf("%-3s %-24.24s %10s %10s %10s %9s %21s %4s %5s %15s %11s %8s %6s  %s\n", index_label(s).c_str(),
+                s.mig ? name_of(s).c_str() : s.name.c_str(),
                 size_or_dash(s.memory_total).c_str(), size_or_dash(s.memory_used).c_str(),
                 size_or_dash(s.memory_free).c_str(), size_or_dash(s.memory_reserved).c_str(), pools.c_str(),
                 util.c_str(), opt_number(s.temperature_c, "%.0fC").c_str(), power.c_str(), clocks.c_str(),
@@ -130,7 +139,10 @@ void print_wide(const std::vector<tel::device_sample>& batch) {
 
 void print_status(const std::string& source_name, const std::string& capacity_source,
                   const std::vector<tel::device_sample>& batch, bool wide) {
-  std::printf("%zu GPU%s (%s%s)\n\n", batch.size(), batch.size() == 1 ? "" : "s", source_name.c_str(),
+  const auto migs = static_cast<std::size_t>(std::count_if(batch.begin(), batch.end(), [](const auto& s) { return s.mig.has_value(); }));
+  const std::size_t gpus = batch.size() - migs;
+  const std::string instances = migs == 0 ? "" : ", " + std::to_string(migs) + " MIG instance" + (migs == 1 ? "" : "s");
+  std::printf("%zu GPU%s%s (%s%s)\n\n", gpus, gpus == 1 ? "" : "s", instances.c_str(), source_name.c_str(),
               capacity_source.empty() ? "" : ("; memory sizes from " + capacity_source).c_str());
   if (wide) {
     print_wide(batch);

@@ -1,4 +1,5 @@
-// The HTTP server of `mgm serve` (see http_server.hpp): Boost.Asio and Boost.Beast, one io thread.
+// HTTP for the tool (see http.hpp): `mgm serve`'s server and a GET with a deadline, on Boost.Asio
+// and Boost.Beast, one io thread.
 // Everything a connection owns lives in its `session`; the server's state is touched on the io
 // thread only, so it needs no lock.
 #include "http.hpp"
@@ -154,13 +155,15 @@ struct session : std::enable_shared_from_this<session> {
 
   void write() {
     busy = true;
+    // The answer gets a deadline of its own, not what was left of the request's.
+    stream.expires_after(std::chrono::seconds{10});
     http::async_write(stream, response,
                       [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_write(ec); });
   }
 
   void on_write(beast::error_code ec) {
     busy = false;
-    server.requests.fetch_add(1, std::memory_order_relaxed);
+    if (!ec && response.result() == http::status::ok) server.requests.fetch_add(1, std::memory_order_relaxed);
     if (ec || !response.keep_alive() || server.stopping) return close();
     read();
   }
@@ -186,7 +189,18 @@ void http_server::impl::accept() {
       });
       return;
     }
-    if (sessions.size() < limits.max_connections) {
+    bool room = sessions.size() < limits.max_connections;
+    // Full: an idle keep-alive connection makes room (its client reconnects; it leaves the set
+    // when its read completes); with every one busy, the new one is refused.
+    for (auto* s : sessions) {
+      if (room) break;
+      if (!s->busy && s->stream.socket().is_open()) {
+        beast::error_code ignored;
+        s->stream.socket().close(ignored);
+        room = true;
+      }
+    }
+    if (room) {
       std::make_shared<session>(std::move(socket), *this)->read();
     } else {
       beast::error_code ignored;
@@ -202,6 +216,7 @@ void http_server::impl::shutdown() {
   beast::error_code ignored;
   acceptor.close(ignored);
   signals.cancel(ignored);
+  signals.clear(ignored);  // a second SIGTERM (or Ctrl-C) ends the process as usual
   retry.cancel();
   // Idle connections go now; an answer being written finishes first (then its session closes).
   for (auto* s : std::set<session*>{sessions}) {
@@ -265,10 +280,21 @@ void http_server::run() {
 }
 
 void http_server::stop() {
-  asio::post(impl_->io, [this] { impl_->shutdown(); });
+  asio::post(impl_->io, [p = impl_.get()] { p->shutdown(); });
 }
 
 std::uint64_t http_server::requests() const noexcept { return impl_->requests.load(std::memory_order_relaxed); }
+
+namespace {
+
+std::string fmt_seconds(double s) {
+  std::string t = std::to_string(s);
+  t.erase(t.find_last_not_of('0') + 1);
+  if (!t.empty() && t.back() == '.') t.pop_back();
+  return t + " s";
+}
+
+}  // namespace
 
 std::string url_encode(std::string_view text) {
   static constexpr char hex[] = "0123456789ABCDEF";
@@ -308,24 +334,37 @@ http_reply http_get(const std::string& url, double timeout_s) {
   asio::io_context io;
   beast::tcp_stream stream{io};
   const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>{timeout_s});
+  const auto within = "within " + fmt_seconds(timeout_s);
   beast::error_code ec;
   tcp::resolver resolver{io};
   const auto endpoints = resolver.resolve(host, port, ec);
   if (ec) throw bad("cannot resolve " + host + ": " + ec.message());
+  // Asynchronous calls, each under the deadline (a blocking call on a Beast stream has none).
+  const auto run = [&] {
+    io.restart();
+    io.run();
+  };
   stream.expires_after(timeout);
-  stream.connect(endpoints, ec);
+  stream.async_connect(endpoints, [&](beast::error_code e, const tcp::endpoint&) { ec = e; });
+  run();
+  if (ec == beast::error::timeout) throw bad("no connection " + within);
   if (ec) throw bad("cannot connect: " + ec.message());
   http::request<http::empty_body> request{http::verb::get, target, 11};
   request.set(http::field::host, authority);
   request.set(http::field::user_agent, "mgm");
   request.set(http::field::accept, "application/json");
-  http::write(stream, request, ec);
+  stream.expires_after(timeout);
+  http::async_write(stream, request, [&](beast::error_code e, std::size_t) { ec = e; });
+  run();
+  if (ec == beast::error::timeout) throw bad("could not send the request " + within);
   if (ec) throw bad("cannot send the request: " + ec.message());
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(std::uint64_t{256} << 20);
-  http::read(stream, buffer, parser, ec);
-  if (ec == beast::error::timeout) throw bad("no answer within " + std::to_string(static_cast<int>(timeout_s)) + " s");
+  stream.expires_after(timeout);
+  http::async_read(stream, buffer, parser, [&](beast::error_code e, std::size_t) { ec = e; });
+  run();
+  if (ec == beast::error::timeout) throw bad("no answer " + within);
   if (ec) throw bad("cannot read the answer: " + ec.message());
   stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   return {static_cast<int>(parser.get().result_int()), std::move(parser.get().body())};

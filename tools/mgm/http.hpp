@@ -24,9 +24,12 @@ struct http_response {
 using http_handler = std::function<http_response(std::string_view method, std::string_view target)>;
 
 struct http_limits {
-  std::size_t max_connections{64};   ///< more are closed as soon as they are accepted
+  /// Beyond this, a new connection closes an idle one, or is closed at once when none is idle.
+  std::size_t max_connections{64};
   std::size_t max_header_bytes{8192};
-  double idle_timeout_s{30.0};       ///< a connection that sends nothing for this long is closed
+  /// A connection has this long to send each request (from its first byte or the last answer);
+  /// each answer has 10 s to be written.
+  double idle_timeout_s{30.0};
 };
 
 class http_server {
@@ -48,7 +51,7 @@ class http_server {
   /// @brief Asks `run()` to return, from any thread.
   void stop();
 
-  /// @brief Requests answered so far.
+  /// @brief Requests answered 200 so far.
   [[nodiscard]] std::uint64_t requests() const noexcept;
 
   struct impl;

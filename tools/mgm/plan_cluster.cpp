@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <set>
 #include <tuple>
 
 namespace mgm_tool {
@@ -22,6 +24,7 @@ namespace {
 struct cluster_gpu {
   std::string node;
   int index{0};
+  std::optional<int> gpu_instance;  ///< a MIG instance of GPU `index`
   std::string uuid;
   std::string name;
   std::size_t free_bytes{0};
@@ -35,11 +38,11 @@ std::string label(const nlohmann::json& metric, std::initializer_list<const char
 }
 
 // The instant vector `query` evaluates to now.
-nlohmann::json instant_query(const std::string& base, const std::string& query) {
+nlohmann::json instant_query(const std::string& base, const std::string& query, double timeout_s) {
   const std::string url = base + "/api/v1/query?query=" + url_encode(query);
   http_reply reply;
   try {
-    reply = http_get(url);
+    reply = http_get(url, timeout_s);
   } catch (const tool_error& e) {
     throw tool_error{exit_bad_input, "cannot reach Prometheus at " + base + ": " + e.what()};
   }
@@ -69,11 +72,11 @@ std::vector<cluster_gpu> read_gpus(const cluster_plan_options& o, std::string& s
   }
   double scale = 1.0;
   source = "mgm_gpu_memory_free_bytes" + o.selector;
-  auto result = instant_query(base, source);
+  auto result = instant_query(base, source, o.timeout_s);
   if (result.empty()) {
     // dcgm-exporter's series, where only those exist: MiB.
     source = "DCGM_FI_DEV_FB_FREE" + o.selector;
-    result = instant_query(base, source);
+    result = instant_query(base, source, o.timeout_s);
     scale = 1024.0 * 1024.0;
   }
   if (result.empty()) {
@@ -81,9 +84,18 @@ std::vector<cluster_gpu> read_gpus(const cluster_plan_options& o, std::string& s
                                          o.selector + " nor DCGM_FI_DEV_FB_FREE" + o.selector +
                                          "): is mgm serve or dcgm-exporter scraped?"};
   }
+  // A small whole number of a label, or nullopt ("7", not "-1", "1e3" or 40 digits).
+  const auto small_number = [](const std::string& text) -> std::optional<int> {
+    if (text.empty() || text.size() > 6 || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    return std::stoi(text);
+  };
   std::vector<cluster_gpu> gpus;
-  std::map<std::pair<std::string, int>, int> seen;
+  std::map<std::tuple<std::string, int, int, int>, int> seen;
+  std::set<std::tuple<std::string, int, int>> instances;  // (node, GPU, GPU instance) already taken
   for (const auto& s : result) {
+    if (!s.is_object() || !s.contains("metric") || !s.contains("value")) {
+      throw tool_error{exit_bad_input, "Prometheus at " + base + " answered a sample without metric or value: " + s.dump()};
+    }
     const auto& metric = s["metric"];
     cluster_gpu g;
     g.node = label(metric, {o.node_label.c_str()});
@@ -92,11 +104,23 @@ std::vector<cluster_gpu> read_gpus(const cluster_plan_options& o, std::string& s
                                            o.node_label + "' (" + metric.dump() + "); choose the node's label with --node-label"};
     }
     const std::string index = label(metric, {"gpu"});
-    if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) {
+    const auto gpu_index = small_number(index);
+    if (!gpu_index) {
       throw tool_error{exit_bad_input, "Prometheus at " + base + ": a series of " + source + " has no GPU index (" +
                                            metric.dump() + ")"};
     }
-    g.index = std::stoi(index);
+    g.index = *gpu_index;
+    int compute_instance = -1;
+    if (const std::string gi = label(metric, {"gpu_instance_id", "GPU_I_ID"}); !gi.empty()) {
+      const auto id = small_number(gi);
+      const auto ci = small_number(label(metric, {"compute_instance_id"}));
+      if (!id) {
+        throw tool_error{exit_bad_input, "Prometheus at " + base + ": a MIG series of " + source +
+                                             " has a GPU instance id that is not a number (" + metric.dump() + ")"};
+      }
+      g.gpu_instance = *id;
+      compute_instance = ci.value_or(-1);
+    }
     g.uuid = label(metric, {"uuid", "UUID"});
     g.name = label(metric, {"model_name", "modelName"});
     double value = -1.0;
@@ -104,20 +128,30 @@ std::vector<cluster_gpu> read_gpus(const cluster_plan_options& o, std::string& s
       value = std::stod(s["value"][1].get<std::string>()) * scale;
     } catch (const std::exception&) {
     }
-    if (!(value >= 0) || !std::isfinite(value)) {
-      throw tool_error{exit_bad_input, "Prometheus at " + base + ": GPU " + index + " of " + g.node + " has free memory " +
-                                           s["value"][1].get<std::string>()};
+    // Below 2^63 bytes, so that the conversion is defined.
+    if (!(value >= 0) || !(value < 9.2e18)) {
+      throw tool_error{exit_bad_input, "Prometheus at " + base + ": GPU " + index + " of " + g.node +
+                                           " has a free memory that is not a size: " + s["value"].dump()};
     }
     g.free_bytes = static_cast<std::size_t>(value);
-    if (++seen[{g.node, g.index}] > 1) {
-      throw tool_error{exit_bad_input, "Prometheus at " + base + ": GPU " + index + " of " + g.node +
+    if (++seen[{g.node, g.index, g.gpu_instance.value_or(-1), compute_instance}] > 1) {
+      throw tool_error{exit_bad_input, "Prometheus at " + base + ": GPU " + index +
+                                           (g.gpu_instance ? " (GPU instance " + std::to_string(*g.gpu_instance) + ")" : "") +
+                                           " of " + g.node +
                                            " appears in more than one series of " + source +
                                            "; narrow them with --selector (e.g. {job=\"mgm\"})"};
     }
+    // The compute instances of one GPU instance share its memory: it counts once.
+    if (g.gpu_instance && !instances.insert({g.node, g.index, *g.gpu_instance}).second) continue;
     gpus.push_back(std::move(g));
   }
-  std::sort(gpus.begin(), gpus.end(),
-            [](const cluster_gpu& a, const cluster_gpu& b) { return std::tie(a.node, a.index) < std::tie(b.node, b.index); });
+  // A GPU in MIG mode takes work through its instances only: its own series (the whole GPU) goes.
+  std::set<std::pair<std::string, int>> divided;
+  for (const auto& [node, gpu, instance] : instances) divided.insert({node, gpu});
+  std::erase_if(gpus, [&](const cluster_gpu& g) { return !g.gpu_instance && divided.contains({g.node, g.index}); });
+  std::sort(gpus.begin(), gpus.end(), [](const cluster_gpu& a, const cluster_gpu& b) {
+    return std::tuple{a.node, a.index, a.gpu_instance.value_or(-1)} < std::tuple{b.node, b.index, b.gpu_instance.value_or(-1)};
+  });
   return gpus;
 }
 
@@ -174,6 +208,8 @@ void plan_cluster(const cluster_plan_options& o, const mgm::partition_request& r
       for (std::size_t g = 0; g < members[n].size(); ++g) {
         const auto& m = *members[n][g];
         node["gpus"].push_back({{"gpu", m.index},
+                                {"gpu_instance_id", m.gpu_instance ? nlohmann::ordered_json(*m.gpu_instance)
+                                                                   : nlohmann::ordered_json(nullptr)},
                                 {"uuid", m.uuid.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(m.uuid)},
                                 {"name", m.name},
                                 {"free_bytes", m.free_bytes},
@@ -198,7 +234,8 @@ void plan_cluster(const cluster_plan_options& o, const mgm::partition_request& r
                 mgm::format_bytes(free).c_str(), share.items, range_text(share.range).c_str());
     for (std::size_t g = 0; g < members[n].size(); ++g) {
       const auto& m = *members[n][g];
-      std::printf("%-28s %4d  %-24.24s %11s %10zu %21s\n", "", m.index, m.name.empty() ? "--" : m.name.c_str(),
+      const std::string gpu = std::to_string(m.index) + (m.gpu_instance ? "." + std::to_string(*m.gpu_instance) : "");
+      std::printf("%-28s %4s  %-24.24s %11s %10zu %21s\n", "", gpu.c_str(), m.name.empty() ? "--" : m.name.c_str(),
                   mgm::format_bytes(m.free_bytes).c_str(), share.gpus.counts[g], range_text(share.gpus.ranges[g]).c_str());
     }
   }

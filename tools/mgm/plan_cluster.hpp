@@ -16,6 +16,7 @@ struct cluster_plan_options {
   std::string node_label{"instance"};
   std::string policy;      ///< the name, for the output
   bool json{false};
+  double timeout_s{10.0};  ///< for each request to Prometheus
 };
 
 /// @brief Reads every GPU's free memory from Prometheus (`mgm_gpu_memory_free_bytes`, else

@@ -35,6 +35,9 @@ class cuda_allocator {
   using vmm_ops_type = cuda_vmm_ops;
 
   explicit cuda_allocator(device_id device) noexcept : device_{device} {}
+  /// @brief With the virtual memory a pool's expandable segments take from it made `sharing`
+  /// (`vmm_sharing::shareable`: for NCCL registration and other processes).
+  cuda_allocator(device_id device, vmm_sharing sharing) noexcept : device_{device}, sharing_{sharing} {}
 
   [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = cuda_allocation_alignment) {
     detail::check_alignment(alignment, cuda_allocation_alignment, "cuda_allocator");
@@ -67,16 +70,19 @@ class cuda_allocator {
   [[nodiscard]] std::size_t free_bytes() const { return memory_info(device_).free_bytes; }
   [[nodiscard]] stream_ops_type stream_ops() const noexcept { return {}; }
   /// @brief The virtual-memory seam on this device (for a pool's expandable segments).
-  [[nodiscard]] vmm_ops_type vmm_ops() const noexcept { return {}; }
+  [[nodiscard]] vmm_ops_type vmm_ops() const noexcept { return vmm_ops_type{sharing_}; }
   /// @brief The device's memory (`cudaMemGetInfo`).
   [[nodiscard]] std::size_t total_bytes() const { return memory_info(device_).total_bytes; }
 
-  friend bool operator==(const cuda_allocator& a, const cuda_allocator& b) noexcept { return a.device_ == b.device_; }
+  friend bool operator==(const cuda_allocator& a, const cuda_allocator& b) noexcept {
+    return a.device_ == b.device_ && a.sharing_ == b.sharing_;
+  }
   friend void get_property(const cuda_allocator&, device_accessible) noexcept {}
   friend device_id get_property(const cuda_allocator& a, device_affinity) noexcept { return a.device_; }
 
  private:
   device_id device_;
+  vmm_sharing sharing_{vmm_sharing::process_local};
 };
 static_assert(platform_allocator<cuda_allocator>);
 static_assert(has_property<cuda_allocator, device_accessible>);

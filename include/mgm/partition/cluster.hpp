@@ -2,10 +2,11 @@
 /// @brief `partition_cluster`: N items over the GPUs of several nodes, node first. Each node takes
 /// one contiguous range of the items, split over its GPUs as `partition` splits over one machine.
 ///
-/// A node counts as one device at the first level: its capacity is the sum of its GPUs'
-/// capacities (each rounded down on its own GPU, so the node's count always fits), its usable
-/// memory the sum of theirs, its throughput the sum of theirs. The second level is `partition`
-/// over the node's GPUs with the node's count. Invariants: `Σ node counts == N`; each node's
+/// A node counts as one device at the first level: its capacity is what its GPUs hold in whole
+/// units of `granularity` items, each on its own GPU, plus the largest part-unit one of them has
+/// left (so the node's count always fits its GPUs); its usable memory, throughput and weight are
+/// the sums of its GPUs' (`equal` weighs a node by its number of GPUs). The second level is
+/// `partition` over the node's GPUs with the node's count. Invariants: `Σ node counts == N`; each node's
 /// counts add up to its count; a node's range is the union of its GPUs' ranges, and the nodes'
 /// ranges tile [0, N) in node order.
 #pragma once
@@ -35,8 +36,8 @@ struct cluster_plan {
 
 /// @brief The plan for `items` (`bytes_per_item`, `granularity`, `policy` of `r`; its `devices`
 /// are ignored) over `nodes`.
-/// @throws mgm::partition_error when the cluster cannot hold the items (the shortfall is per
-/// node); mgm::logic_error for no nodes or a node without GPUs.
+/// @throws mgm::partition_error when the cluster cannot hold the items (its shortfall is per node;
+/// "on node 'X'" errors, per GPU of X); mgm::logic_error for no nodes or a node without GPUs.
 [[nodiscard]] cluster_plan partition_cluster(const partition_request& r, const std::vector<cluster_node>& nodes);
 
 }  // namespace mgm

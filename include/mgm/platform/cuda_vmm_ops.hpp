@@ -32,11 +32,26 @@ struct cuda_vmm_driver {
   decltype(&cuGetErrorName) error_name{nullptr};
   decltype(&cuDeviceGet) device_get{nullptr};
   decltype(&cuDeviceGetAttribute) device_attribute{nullptr};
+  /// For shareable memory only; a driver without them still serves process-local memory.
+  decltype(&cuMemExportToShareableHandle) export_shareable{nullptr};
+  decltype(&cuMemImportFromShareableHandle) import_shareable{nullptr};
   std::string unavailable;  ///< empty when every entry point is there
 
   [[nodiscard]] bool loaded() const noexcept { return unavailable.empty(); }
   /// @brief The driver's functions (a process-wide table, looked up on first use).
   [[nodiscard]] static const cuda_vmm_driver& real();
+};
+
+/// @brief How `cuda_vmm_ops` creates physical memory.
+enum class vmm_sharing {
+  /// No handle types, at the minimum granularity: memory only this process can map.
+  process_local,
+  /// POSIX file descriptors, plus fabric handles where the device supports them (created again
+  /// without them when the driver refuses, as NCCL does), GPUDirect RDMA where supported, at the
+  /// recommended granularity. These are NCCL's rules for registering user buffers
+  /// (`ncclCommRegister`, its "qualified allocator"), and what another process needs to map the
+  /// memory (`export_handle`, `import_handle`).
+  shareable,
 };
 
 /// @brief Virtual memory through CUDA's driver API (`cuMemAddressReserve`, `cuMemCreate`,
@@ -53,8 +68,12 @@ class cuda_vmm_ops {
 
   /// @brief Over the driver's own functions.
   cuda_vmm_ops() : driver_{&cuda_vmm_driver::real()} {}
+  explicit cuda_vmm_ops(vmm_sharing sharing) : driver_{&cuda_vmm_driver::real()}, sharing_{sharing} {}
   /// @brief Over `driver`, which must outlive every copy.
-  explicit cuda_vmm_ops(const cuda_vmm_driver& driver) noexcept : driver_{&driver} {}
+  explicit cuda_vmm_ops(const cuda_vmm_driver& driver, vmm_sharing sharing = vmm_sharing::process_local) noexcept
+      : driver_{&driver}, sharing_{sharing} {}
+
+  [[nodiscard]] vmm_sharing sharing() const noexcept { return sharing_; }
 
   [[nodiscard]] bool supported(device_id d) const;
   [[nodiscard]] std::size_t granularity(device_id d) const;
@@ -66,14 +85,27 @@ class cuda_vmm_ops {
   void unmap(void* va, std::size_t bytes) const noexcept;
   void set_access(void* va, std::size_t bytes, std::span<const device_id> readers) const;
 
-  friend bool operator==(const cuda_vmm_ops& a, const cuda_vmm_ops& b) noexcept { return a.driver_ == b.driver_; }
+  /// @brief A POSIX file descriptor for physical memory created shareable; the caller owns it
+  /// (close it, or send it to another process over a Unix socket). @throws mgm::logic_error for
+  /// process-local memory; mgm::cuda_error when the driver refuses.
+  [[nodiscard]] int export_handle(physical_handle h) const;
+  /// @brief Physical memory another process exported (`export_handle`), for `map` here; `fd`
+  /// stays the caller's to close. Release it with `release`. @throws mgm::cuda_error.
+  [[nodiscard]] physical_handle import_handle(int fd) const;
+
+  friend bool operator==(const cuda_vmm_ops& a, const cuda_vmm_ops& b) noexcept {
+    return a.driver_ == b.driver_ && a.sharing_ == b.sharing_;
+  }
 
  private:
   [[nodiscard]] const cuda_vmm_driver& loaded() const;
   [[noreturn]] void fail(CUresult r, const char* call) const;
   void log_failure(CUresult r, const char* call) const noexcept;
 
+  [[nodiscard]] CUmemAllocationProp prop_for(device_id d) const;
+
   const cuda_vmm_driver* driver_;
+  vmm_sharing sharing_{vmm_sharing::process_local};
 };
 static_assert(vmm_ops<cuda_vmm_ops>);
 

@@ -40,6 +40,10 @@ class nvml_library {
   /// @brief Everything NVML says about device `index` (NVML's index, not a CUDA ordinal), with
   /// `processes` filled when `with_processes`. Never throws.
   [[nodiscard]] device_sample sample(unsigned int index, bool with_processes = true) const;
+  /// @brief The MIG instances of device `index` when MIG is on (empty otherwise): their ids and
+  /// profile, name, UUID and memory, with the GPU's index, bus id and minor number; the other
+  /// metrics are left empty (the GPU's own sample has them). Never throws.
+  [[nodiscard]] std::vector<device_sample> mig_instances(unsigned int index) const;
 
   struct impl;
 

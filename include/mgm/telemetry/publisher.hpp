@@ -70,7 +70,8 @@ void stop_publishing() noexcept;
 [[nodiscard]] std::vector<published_process> read_published(const std::filesystem::path& dir = default_publish_dir(),
                                                             std::vector<log_issue>* skipped = nullptr);
 
-/// @brief Whether a published device is the GPU a sample shows: by PCI bus id or UUID, or for
+/// @brief Whether a published device is the GPU (or MIG instance) a sample shows: by UUID where
+/// both have one, else by PCI bus id (never for a MIG instance, which shares its GPU's); for
 /// simulated devices (when `simulated` is true) by ordinal.
 [[nodiscard]] bool same_gpu(const device_sample& sample, const published_device& device, bool simulated);
 

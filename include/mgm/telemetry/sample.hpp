@@ -24,7 +24,15 @@ struct process_sample {
   std::optional<std::uint64_t> used_bytes;   ///< empty where the driver cannot tell (WDDM)
 };
 
-/// @brief One GPU at one time.
+/// @brief What makes a MIG instance one (NVML): its GPU instance, its compute instance, and the
+/// profile its name ends with ("3g.40gb").
+struct mig_identity {
+  unsigned gpu_instance_id{0};
+  unsigned compute_instance_id{0};
+  std::string profile;
+};
+
+/// @brief One GPU, or one MIG instance of a GPU, at one time.
 struct device_sample {
   clock::time_point time{};
   /// The source's index: NVML's index for NVML, the CUDA ordinal for CUDA and the simulator, the
@@ -35,6 +43,9 @@ struct device_sample {
   std::string pci_bus_id;                    ///< `00000000:17:00.0`, empty when unknown
   std::string name;
   std::optional<unsigned> minor_number;      ///< N of /dev/nvidiaN (NVML only)
+  /// Set for a MIG instance; its `index`, `pci_bus_id` and `minor_number` are its GPU's, its
+  /// `uuid` (`MIG-...`), name and memory its own.
+  std::optional<mig_identity> mig;
 
   std::optional<std::uint64_t> memory_total;
   std::optional<std::uint64_t> memory_used;
@@ -66,6 +77,10 @@ struct device_sample {
   /// else the PCI bus id, else `index` and `name`.
   [[nodiscard]] std::string key() const {
     if (!uuid.empty()) return uuid;
+    if (mig) {
+      return (pci_bus_id.empty() ? std::to_string(index) : pci_bus_id) + "/" + std::to_string(mig->gpu_instance_id) + "/" +
+             std::to_string(mig->compute_instance_id);
+    }
     if (!pci_bus_id.empty()) return pci_bus_id;
     return std::to_string(index) + ':' + name;
   }
