@@ -217,5 +217,20 @@ TEST_CASE("mgm status over NVML (the fake) with MIG: each instance a row after i
   CHECK(doc["devices"][1]["mgm.mig.gpu_instance_id"] == 1);
   CHECK(doc["devices"][1]["mgm.mig.profile"] == "3g.40gb");
   CHECK(doc["devices"][1]["uuid"] == "MIG-one");
+  // mgm log: the CSV keeps nvidia-smi's shape (GPUs only); JSON lines carry the instances.
+  const auto csv = cfg.string() + ".csv";
+  REQUIRE(run_mgm("log -o '" + csv + "' --count 1", env).rc == 0);
+  std::ifstream in{csv};
+  std::size_t rows = 0;
+  for (std::string line; std::getline(in, line);) rows += line.empty() ? 0 : 1;
+  CHECK(rows == 2);  // the header and the A100
+  const auto jsonl = cfg.string() + ".jsonl";
+  REQUIRE(run_mgm("log -o '" + jsonl + "' --format jsonl --count 1", env).rc == 0);
+  std::ifstream jin{jsonl};
+  std::size_t lines = 0;
+  for (std::string line; std::getline(jin, line);) lines += line.empty() ? 0 : 1;
+  CHECK(lines == 3);
+  std::filesystem::remove(csv);
+  std::filesystem::remove(jsonl);
   std::filesystem::remove(cfg);
 }

@@ -13,7 +13,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
+#include <vector>
 
 namespace mgm_tool {
 
@@ -78,10 +80,14 @@ void add_log(CLI::App& app, context& ctx) {
     std::size_t taken = 0;
     while (!g_interrupted.load()) {
       const auto batch = src->sample();
-      if (csv) csv->write(batch);
+      // nvidia-smi --query-gpu lists GPUs, not their MIG instances: the CSV keeps its shape (one
+      // row per GPU); JSON lines and Prometheus text carry the instances.
+      std::vector<tel::device_sample> gpus_only;
+      std::copy_if(batch.begin(), batch.end(), std::back_inserter(gpus_only), [](const auto& s) { return !s.mig; });
+      if (csv) csv->write(gpus_only);
       if (jsonl) jsonl->write(batch);
       if (o->format == "prom") write_prom(batch);
-      if (procs) procs->write(batch);
+      if (procs) procs->write(gpus_only);
       ++taken;
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (tty) {
