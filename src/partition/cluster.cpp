@@ -10,14 +10,6 @@ namespace {
 
 constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 
-// What one GPU can hold, as `partition` counts it.
-std::size_t capacity_of(const partition_device& d, std::size_t bytes_per_item) {
-  const std::size_t held = d.reserve_bytes + d.overhead_bytes;
-  if (d.free_bytes < held) return 0;
-  const std::size_t by_memory = bytes_per_item == 0 ? unlimited : (d.free_bytes - held) / bytes_per_item;
-  return std::min(d.max_items, by_memory);
-}
-
 std::size_t saturating_add(std::size_t a, std::size_t b) { return b > unlimited - a ? unlimited : a + b; }
 
 }  // namespace
@@ -41,7 +33,7 @@ cluster_plan partition_cluster(const partition_request& r, const std::vector<clu
       whole.free_bytes = saturating_add(whole.free_bytes, gpu.free_bytes > held ? gpu.free_bytes - held : 0);
       // Whole units on each GPU; what is left over below a unit only on one of them (where the
       // inner plan puts the items that are not a whole unit).
-      const std::size_t cap = capacity_of(gpu, r.bytes_per_item);
+      const std::size_t cap = partition_capacity(gpu, r.bytes_per_item);
       whole.max_items = saturating_add(whole.max_items, cap / g * g);
       largest_leftover = std::max(largest_leftover, cap % g);
       whole.min_items += gpu.min_items;

@@ -12,12 +12,6 @@ namespace {
 
 constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 
-std::size_t capacity_of(const partition_device& d, std::size_t bytes_per_item) {
-  const std::size_t fixed = d.reserve_bytes + d.overhead_bytes;
-  if (d.free_bytes < fixed) return 0;
-  const std::size_t by_memory = bytes_per_item == 0 ? unlimited : (d.free_bytes - fixed) / bytes_per_item;
-  return std::min(by_memory, d.max_items);
-}
 
 // Largest-remainder apportionment of `units` by `weights`, with iterative capping at `caps` and
 // raising to `mins` (all in units). Deterministic: ties go to the lower index.
@@ -133,6 +127,13 @@ double makespan_of(const std::vector<std::size_t>& counts, const std::vector<par
 
 }  // namespace
 
+std::size_t partition_capacity(const partition_device& d, std::size_t bytes_per_item) noexcept {
+  const std::size_t fixed = d.reserve_bytes + d.overhead_bytes;
+  if (d.free_bytes < fixed) return 0;
+  const std::size_t by_memory = bytes_per_item == 0 ? unlimited : (d.free_bytes - fixed) / bytes_per_item;
+  return std::min(by_memory, d.max_items);
+}
+
 partition_plan partition(const partition_request& r, const topology* links) {
   const std::size_t n = r.devices.size();
   MGM_EXPECTS(n > 0, "partition: no devices");
@@ -147,7 +148,7 @@ partition_plan partition(const partition_request& r, const topology* links) {
     const auto& d = r.devices[i];
     MGM_EXPECTS(d.throughput > 0 && std::isfinite(d.throughput), "partition: device " + std::to_string(i) + " needs a positive throughput");
     MGM_EXPECTS(d.weight > 0 && std::isfinite(d.weight), "partition: device " + std::to_string(i) + " needs a positive weight");
-    plan.capacity[i] = capacity_of(d, r.bytes_per_item);
+    plan.capacity[i] = partition_capacity(d, r.bytes_per_item);
     total_capacity = plan.capacity[i] > unlimited - total_capacity ? unlimited : total_capacity + plan.capacity[i];
     total_min += d.min_items;
     if (d.min_items > plan.capacity[i]) {

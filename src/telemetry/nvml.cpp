@@ -210,6 +210,55 @@ void read_metric(const nvml_library::impl& m, device_sample& s, const char* metr
   }
 }
 
+// A device's name and UUID (a GPU's, or a MIG instance's own).
+void read_name_and_uuid(const nvml_library::impl& m, abi::device_t dev, device_sample& s) {
+  if (m.name != nullptr) {
+    char buf[abi::name_buffer_size] = {};
+    if (m.name(dev, buf, sizeof buf) == abi::success) s.name = buf;
+  }
+  if (m.uuid != nullptr) {
+    char buf[abi::uuid_buffer_size] = {};
+    if (m.uuid(dev, buf, sizeof buf) == abi::success) s.uuid = buf;
+  }
+}
+
+// A GPU's PCI bus id and minor number (its MIG instances have the same).
+void read_bus_and_minor(const nvml_library::impl& m, abi::device_t dev, device_sample& s) {
+  if (m.pci_info != nullptr) {
+    abi::pci_info_t pci{};
+    if (m.pci_info(dev, &pci) == abi::success) s.pci_bus_id = normalise_pci_bus_id(pci.bus_id);
+  }
+  if (unsigned int minor = 0; m.minor_number != nullptr && m.minor_number(dev, &minor) == abi::success) {
+    s.minor_number = minor;
+  }
+}
+
+// Memory: v2 separates what the driver reserves; v1's `used` includes it (`memory_reserved` then
+// stays empty). Returns the last call's result, `error_function_not_found` when neither exists.
+abi::return_t read_memory(const nvml_library::impl& m, abi::device_t dev, device_sample& s) {
+  abi::return_t r = abi::error_function_not_found;
+  if (m.memory_v2 != nullptr) {
+    abi::memory_v2_t mem{};
+    mem.version = abi::memory_v2_version;
+    if (r = m.memory_v2(dev, &mem); r == abi::success) {
+      s.memory_total = mem.total;
+      s.memory_used = mem.used;
+      s.memory_free = mem.free;
+      s.memory_reserved = mem.reserved;
+      return r;
+    }
+  }
+  if (m.memory_v1 != nullptr) {
+    abi::memory_v1_t mem{};
+    if (r = m.memory_v1(dev, &mem); r == abi::success) {
+      s.memory_total = mem.total;
+      s.memory_used = mem.used;
+      s.memory_free = mem.free;
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 device_sample nvml_library::sample(unsigned int index, bool with_processes) const {
@@ -223,45 +272,11 @@ device_sample nvml_library::sample(unsigned int index, bool with_processes) cons
     return s;
   }
   try {
-    if (m.name != nullptr) {
-      char buf[abi::name_buffer_size] = {};
-      if (m.name(dev, buf, sizeof buf) == abi::success) s.name = buf;
-    }
-    if (m.uuid != nullptr) {
-      char buf[abi::uuid_buffer_size] = {};
-      if (m.uuid(dev, buf, sizeof buf) == abi::success) s.uuid = buf;
-    }
-    if (m.pci_info != nullptr) {
-      abi::pci_info_t pci{};
-      if (m.pci_info(dev, &pci) == abi::success) s.pci_bus_id = normalise_pci_bus_id(pci.bus_id);
-    }
-    if (m.minor_number != nullptr) {
-      unsigned int minor = 0;
-      if (m.minor_number(dev, &minor) == abi::success) s.minor_number = minor;
-    }
-
-    // Memory: v2 separates what the driver reserves; v1's `used` includes it.
-    abi::return_t mr = abi::error_function_not_found;
-    if (m.memory_v2 != nullptr) {
-      abi::memory_v2_t mem{};
-      mem.version = abi::memory_v2_version;
-      mr = m.memory_v2(dev, &mem);
-      if (mr == abi::success) {
-        s.memory_total = mem.total;
-        s.memory_used = mem.used;
-        s.memory_free = mem.free;
-        s.memory_reserved = mem.reserved;
-      }
-    }
-    if (mr != abi::success && m.memory_v1 != nullptr) {
-      abi::memory_v1_t mem{};
-      mr = m.memory_v1(dev, &mem);
-      if (mr == abi::success) {
-        s.memory_total = mem.total;
-        s.memory_used = mem.used;
-        s.memory_free = mem.free;
-        s.missing.emplace_back("memory.reserved: only nvmlDeviceGetMemoryInfo (v1) answered; used includes it");
-      }
+    read_name_and_uuid(m, dev, s);
+    read_bus_and_minor(m, dev, s);
+    const abi::return_t mr = read_memory(m, dev, s);
+    if (mr == abi::success && !s.memory_reserved) {
+      s.missing.emplace_back("memory.reserved: only nvmlDeviceGetMemoryInfo (v1) answered; used includes it");
     }
     if (mr != abi::success) {
       s.missing.push_back("memory: " +
@@ -409,21 +424,15 @@ std::vector<device_sample> nvml_library::mig_instances(unsigned int index) const
     return out;
   }
   try {
-    std::string bus;
-    if (m.pci_info != nullptr) {
-      abi::pci_info_t pci{};
-      if (m.pci_info(dev, &pci) == abi::success) bus = normalise_pci_bus_id(pci.bus_id);
-    }
-    std::optional<unsigned> minor;
-    if (unsigned int v = 0; m.minor_number != nullptr && m.minor_number(dev, &v) == abi::success) minor = v;
+    device_sample gpu;  // what the instances share with their GPU
+    gpu.index = static_cast<int>(index);
+    read_bus_and_minor(m, dev, gpu);
     for (unsigned int slot = 0; slot < slots; ++slot) {
       abi::device_t mig{nullptr};
       if (m.mig_handle(dev, slot, &mig) != abi::success) continue;  // an empty slot: NOT_FOUND
-      device_sample s;
+      device_sample s = gpu;
       s.time = clock::now();
-      s.index = static_cast<int>(index);
-      s.pci_bus_id = bus;
-      s.minor_number = minor;
+      read_name_and_uuid(m, mig, s);
       mig_identity id;
       if (unsigned int v = 0; m.gpu_instance_id != nullptr && m.gpu_instance_id(mig, &v) == abi::success) {
         id.gpu_instance_id = v;
@@ -431,38 +440,12 @@ std::vector<device_sample> nvml_library::mig_instances(unsigned int index) const
       if (unsigned int v = 0; m.compute_instance_id != nullptr && m.compute_instance_id(mig, &v) == abi::success) {
         id.compute_instance_id = v;
       }
-      if (m.name != nullptr) {
-        char buf[abi::name_buffer_size] = {};
-        if (m.name(mig, buf, sizeof buf) == abi::success) s.name = buf;
-      }
       // "NVIDIA A100-SXM4-80GB MIG 3g.40gb": the profile is the last word.
       if (const auto at = s.name.rfind(' '); at != std::string::npos && s.name.find(" MIG ") != std::string::npos) {
         id.profile = s.name.substr(at + 1);
       }
       s.mig = std::move(id);
-      if (m.uuid != nullptr) {
-        char buf[abi::uuid_buffer_size] = {};
-        if (m.uuid(mig, buf, sizeof buf) == abi::success) s.uuid = buf;
-      }
-      abi::return_t mr = abi::error_function_not_found;
-      if (m.memory_v2 != nullptr) {
-        abi::memory_v2_t mem{};
-        mem.version = abi::memory_v2_version;
-        if (mr = m.memory_v2(mig, &mem); mr == abi::success) {
-          s.memory_total = mem.total;
-          s.memory_used = mem.used;
-          s.memory_free = mem.free;
-          s.memory_reserved = mem.reserved;
-        }
-      }
-      if (mr != abi::success && m.memory_v1 != nullptr) {
-        abi::memory_v1_t mem{};
-        if (mr = m.memory_v1(mig, &mem); mr == abi::success) {
-          s.memory_total = mem.total;
-          s.memory_used = mem.used;
-          s.memory_free = mem.free;
-        }
-      }
+      const abi::return_t mr = read_memory(m, mig, s);
       if (mr != abi::success) s.missing.push_back("memory: " + m.describe(mr));
       s.missing.emplace_back("temperature, power, clocks, PCIe, NVLink, utilization: the GPU's, not the instance's");
       out.push_back(std::move(s));

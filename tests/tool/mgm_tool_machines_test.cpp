@@ -194,22 +194,26 @@ TEST_CASE("mgm serve: bad addresses and intervals exit 2 before listening; no GP
 }
 
 TEST_CASE("mgm status over NVML (the fake) with MIG: each instance a row after its GPU, in JSON too", "[tool]") {
-  const auto cfg = std::filesystem::temp_directory_path() / ("mgm-mig-" + std::to_string(::getpid()) + ".json");
-  std::ofstream{cfg} << R"({"devices": [
+  const std::string env = fake_nvml_env(R"({"devices": [
     {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-a100", "pci_bus_id": "00000000:07:00.0",
      "memory": {"total": 85899345920, "reserved": 0, "used": 0},
      "mig": [{"name": "NVIDIA A100-SXM4-80GB MIG 3g.40gb", "uuid": "MIG-one", "gpu_instance_id": 1,
               "compute_instance_id": 0, "memory": {"total": 42949672960, "reserved": 0, "used": 10737418240}},
              {"name": "NVIDIA A100-SXM4-80GB MIG 2g.20gb", "uuid": "MIG-two", "gpu_instance_id": 5,
-              "compute_instance_id": 0, "memory": {"total": 21474836480, "reserved": 0, "used": 0}}]}]})";
-  const std::string env = "MGM_NVML_LIBRARY='" + std::string{MGM_FAKE_NVML_CURRENT} + "' MGM_FAKE_NVML_CONFIG='" + cfg.string() + "'";
+              "compute_instance_id": 0, "memory": {"total": 21474836480, "reserved": 0, "used": 0}}]}]})",
+                                        "mig.json");
   const auto r = run_mgm("status", env);
   REQUIRE(r.rc == 0);
   CHECK(r.out.find("1 GPU, 2 MIG instances (nvml)") != std::string::npos);
-  CHECK(r.out.find("0.1 MIG 3g.40gb (GI 1)") != std::string::npos);
+  const auto gpu_row = r.out.find("\n0   A100-SXM4-80GB");
+  const auto first = r.out.find("\n0.1 MIG 3g.40gb (GI 1)");
+  const auto second = r.out.find("\n0.5 MIG 2g.20gb (GI 5)");
+  REQUIRE(gpu_row != std::string::npos);
+  REQUIRE(first != std::string::npos);
+  REQUIRE(second != std::string::npos);
+  CHECK(gpu_row < first);  // after their GPU, in slot order
+  CHECK(first < second);
   CHECK(r.out.find("10.0/40.0") != std::string::npos);
-  CHECK(r.out.find("0.5 MIG 2g.20gb (GI 5)") != std::string::npos);
-  CHECK(r.out.find("0.1") > r.out.find("A100-SXM4-80GB"));  // after its GPU
   const auto j = run_mgm("status --json", env);
   REQUIRE(j.rc == 0);
   const auto doc = nlohmann::json::parse(j.out);
@@ -218,19 +222,14 @@ TEST_CASE("mgm status over NVML (the fake) with MIG: each instance a row after i
   CHECK(doc["devices"][1]["mgm.mig.profile"] == "3g.40gb");
   CHECK(doc["devices"][1]["uuid"] == "MIG-one");
   // mgm log: the CSV keeps nvidia-smi's shape (GPUs only); JSON lines carry the instances.
-  const auto csv = cfg.string() + ".csv";
-  REQUIRE(run_mgm("log -o '" + csv + "' --count 1", env).rc == 0);
-  std::ifstream in{csv};
-  std::size_t rows = 0;
-  for (std::string line; std::getline(in, line);) rows += line.empty() ? 0 : 1;
-  CHECK(rows == 2);  // the header and the A100
-  const auto jsonl = cfg.string() + ".jsonl";
-  REQUIRE(run_mgm("log -o '" + jsonl + "' --format jsonl --count 1", env).rc == 0);
-  std::ifstream jin{jsonl};
-  std::size_t lines = 0;
-  for (std::string line; std::getline(jin, line);) lines += line.empty() ? 0 : 1;
-  CHECK(lines == 3);
-  std::filesystem::remove(csv);
-  std::filesystem::remove(jsonl);
-  std::filesystem::remove(cfg);
+  const auto csv = scratch() / "mig.csv";
+  REQUIRE(run_mgm("log -o '" + csv.string() + "' --count 1", env).rc == 0);
+  const auto csv_text = slurp(csv);
+  CHECK(count(csv_text, "\n") == 2);  // the header and the A100
+  CHECK(csv_text.find("MIG") == std::string::npos);
+  const auto jsonl = scratch() / "mig.jsonl";
+  REQUIRE(run_mgm("log -o '" + jsonl.string() + "' --format jsonl --count 1", env).rc == 0);
+  const auto jsonl_text = slurp(jsonl);
+  CHECK(count(jsonl_text, "\n") == 3);
+  CHECK(count(jsonl_text, "\"mgm.mig.profile\"") == 2);
 }

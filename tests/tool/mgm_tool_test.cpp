@@ -77,14 +77,12 @@ TEST_CASE("mgm status on the simulated DGX H100: 8 H100s", "[tool]") {
 }
 
 TEST_CASE("mgm status over NVML (the fake): every metric and the top processes", "[tool]") {
-  const auto cfg = scratch() / "nvml.json";
-  std::ofstream{cfg} << R"({"devices": [
+  const std::string env = fake_nvml_env(R"({"devices": [
     {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-11111111-2222-3333-4444-555555555555", "pci_bus_id": "00000000:07:00.0",
      "memory": {"total": 85899345920, "reserved": 536870912, "used": 10737418240}, "temperature": 44, "power_mw": 250000,
      "power_limit_mw": 400000, "clock_sm": 1410, "clock_mem": 1593, "pcie_gen": 4, "pcie_width": 16,
      "nvlinks": [1,1,1,1,1,1,1,1,1,1,1,1], "utilization": [91, 40],
-     "processes": [{"pid": 777, "name": "train.py", "used": 10000000000}]}]})";
-  const std::string env = "MGM_NVML_LIBRARY='" + std::string{MGM_FAKE_NVML_CURRENT} + "' MGM_FAKE_NVML_CONFIG='" + cfg.string() + "'";
+     "processes": [{"pid": 777, "name": "train.py", "used": 10000000000}]}]})");
   // The default table fits 100 columns: memory, utilisation, temperature, power, processes.
   const auto r = run_mgm("status", env);
   REQUIRE(r.rc == 0);

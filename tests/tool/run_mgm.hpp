@@ -49,6 +49,16 @@ inline result run_mgm(const std::string& args, const std::string& env = "", cons
   return r;
 }
 
+#ifdef MGM_FAKE_NVML_CURRENT
+// The environment that points mgm at the fake NVML, answering from `config_json` (written to the
+// scratch folder as `name`).
+inline std::string fake_nvml_env(const std::string& config_json, const std::string& name = "nvml.json") {
+  const auto cfg = scratch() / name;
+  std::ofstream{cfg} << config_json;
+  return "MGM_NVML_LIBRARY='" + std::string{MGM_FAKE_NVML_CURRENT} + "' MGM_FAKE_NVML_CONFIG='" + cfg.string() + "'";
+}
+#endif
+
 inline std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
   for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;

@@ -20,7 +20,7 @@ void write(const std::filesystem::path& p, const std::string& text) {
 // Two packages of four cores, two threads each: CPUs 0-3 and 8-11 on package 0, 4-7 and 12-15 on
 // package 1; core ids 0, 1, 4, 5 within each package (ids need not be contiguous).
 std::filesystem::path fake_sys() {
-  const auto root = std::filesystem::temp_directory_path() / ("mgm-sys-" + std::to_string(::getpid()));
+  const auto root = mgm_tool_test::scratch() / "sys";
   std::filesystem::remove_all(root);
   const unsigned ids[] = {0, 1, 4, 5};
   for (unsigned cpu = 0; cpu < 16; ++cpu) {

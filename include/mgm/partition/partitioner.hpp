@@ -71,6 +71,11 @@ class partition_error : public logic_error {
   std::vector<std::size_t> shortfall_;
 };
 
+/// @brief A device's capacity, in items: `min(max_items, (free - reserve - overhead) /
+/// bytes_per_item)`, 0 when reserve and overhead exceed free memory; unbounded by memory when
+/// `bytes_per_item` is 0.
+[[nodiscard]] std::size_t partition_capacity(const partition_device& d, std::size_t bytes_per_item) noexcept;
+
 /// @brief The plan for `r`. `links` (optional, as many GPUs as devices) orders the ranges.
 /// @throws mgm::partition_error when the devices cannot hold the items (or their minimums exceed
 /// them), naming the shortfall; mgm::logic_error for a zero granularity, a non-positive
