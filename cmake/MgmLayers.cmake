@@ -1,6 +1,6 @@
 # The library as one target per layer (DESIGN.md §2), each linked only to the layers below it:
 # MultiGpuMem::core, ::allocators, ::topology, ::sim, ::pool, ::adaptors, ::discovery,
-# ::telemetry, ::trace, ::tracegen, ::partition, ::placement, ::interop; and
+# ::telemetry, ::trace, ::tracegen, ::partition, ::rebalancing, ::placement, ::interop; and
 # MultiGpuMem::multigpumem, the one-stop target that links them all. The includes between them
 # are checked by tools/layers/check_layers.py against tools/layers/layers.txt.
 
@@ -118,7 +118,10 @@ target_include_directories(mgm_trace SYSTEM PRIVATE ${MGM_NLOHMANN_JSON_INCLUDE}
 # The trace generator: its own target, which nothing of the library links (the benchmarks do).
 mgm_layer(tracegen SOURCES src/trace/generator.cpp src/trace/generator_cnn.cpp src/trace/generator_bert.cpp src/trace/generator_gpt.cpp
                            src/trace/generator_tables.cpp DEPS core trace)
-mgm_layer(partition SOURCES src/partition/partitioner.cpp src/partition/cluster.cpp DEPS core topology)
+mgm_layer(partition SOURCES src/partition/partitioner.cpp src/partition/cluster.cpp src/partition/rebalancer.cpp
+          DEPS core topology)
+# The rebalancer's loop over telemetry sources (NVML, the simulator, our pools).
+mgm_layer(rebalancing SOURCES src/partition/rebalance_driver.cpp DEPS core topology sim pool discovery telemetry partition)
 mgm_layer(placement SOURCES src/placement/placement_policy.cpp DEPS core allocators topology sim pool adaptors discovery)
 mgm_layer(interop DEPS core allocators pool)
 

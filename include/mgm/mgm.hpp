@@ -14,7 +14,9 @@
 ///   logging, fault injection)
 /// - topology: `topology/topology.hpp` (nvidia-smi text, NCCL XML), `topology/discovery.hpp`
 /// - partition: `partition/partitioner.hpp` (capacity-proportional splits, rebalancing),
-///   `partition/cluster.hpp` (over the nodes of a cluster, then each node's GPUs)
+///   `partition/cluster.hpp` (over the nodes of a cluster, then each node's GPUs),
+///   `partition/rebalancer.hpp` (the plan kept in step with free memory as a job runs),
+///   `partition/rebalance_driver.hpp` (its loop over a telemetry source)
 /// - placement: `placement/placement_policy.hpp` (ranking), `peer_access.hpp`, `placed_allocator.hpp`
 /// - trace: `trace/trace.hpp` (RMM CSV), `trace/replay.hpp` (replays, the fit search)
 /// - the simulated machine: `sim/machine.hpp` (and its allocator, seams, faults, cost model);
@@ -60,6 +62,8 @@
 
 #include <mgm/partition/cluster.hpp>
 #include <mgm/partition/partitioner.hpp>
+#include <mgm/partition/rebalance_driver.hpp>
+#include <mgm/partition/rebalancer.hpp>
 
 #include <mgm/placement/peer_access.hpp>
 #include <mgm/placement/placed_allocator.hpp>

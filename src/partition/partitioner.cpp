@@ -1,5 +1,6 @@
 #include <mgm/bytes.hpp>
 #include <mgm/partition/partitioner.hpp>
+#include <mgm/partition/rebalancer.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -286,37 +287,15 @@ rebalance_plan rebalance(const partition_plan& previous, const partition_request
   out.kept = false;
   out.plan = next;
   out.reason = overflow ? "moved: a device no longer holds its items" : "moved: the makespan improves enough";
-  // Surpluses go to deficits, each to the device it has the best path to first.
+  // Surpluses go to deficits at the least cost over the links (route_moves: a min-cost flow).
   std::vector<std::size_t> surplus(next.counts.size(), 0);
   std::vector<std::size_t> deficit(next.counts.size(), 0);
   for (std::size_t i = 0; i < next.counts.size(); ++i) {
     if (previous.counts[i] > next.counts[i]) surplus[i] = previous.counts[i] - next.counts[i];
     if (previous.counts[i] < next.counts[i]) deficit[i] = next.counts[i] - previous.counts[i];
   }
-  for (std::size_t from = 0; from < surplus.size(); ++from) {
-    while (surplus[from] > 0) {
-      std::size_t to = surplus.size();
-      for (std::size_t j = 0; j < deficit.size(); ++j) {
-        if (deficit[j] == 0) continue;
-        if (to == surplus.size()) {
-          to = j;
-        } else if (links != nullptr && links->gpu_count() == surplus.size()) {
-          const auto& pj = links->path(device_id{static_cast<int>(from)}, device_id{static_cast<int>(j)});
-          const auto& pt = links->path(device_id{static_cast<int>(from)}, device_id{static_cast<int>(to)});
-          if (pj.type < pt.type || (pj.type == pt.type && pj.nvlinks > pt.nvlinks)) to = j;
-        }
-      }
-      if (to == surplus.size()) break;
-      const std::size_t k = std::min(surplus[from], deficit[to]);
-      std::string path;
-      if (links != nullptr && links->gpu_count() == surplus.size()) {
-        path = links->path(device_id{static_cast<int>(from)}, device_id{static_cast<int>(to)}).label();
-      }
-      out.moves.push_back({from, to, k, path});
-      surplus[from] -= k;
-      deficit[to] -= k;
-    }
-  }
+  const bool routed = links != nullptr && links->gpu_count() == surplus.size();
+  out.moves = route_moves(surplus, deficit, routed ? links : nullptr);
   return out;
 }
 

@@ -385,6 +385,48 @@ std::optional<device_id> machine::owner_of(const void* p) const noexcept {
   return state_->owner_of(reinterpret_cast<std::uintptr_t>(p));
 }
 
+void machine::hold_foreign(device_id d, std::uint32_t pid, std::string name, std::size_t bytes) {
+  auto& dev = state_->device(d);
+  const std::lock_guard lock{dev.mutex};
+  std::size_t charged = 0;
+  if (!mgm::detail::round_up(bytes, detail::allocation_granule, charged) || charged > dev.capacity - dev.used) {
+    throw out_of_memory{state_->describe(d) + ": process " + std::to_string(pid) + " cannot hold " +
+                            mgm::detail::describe_bytes(bytes) + ", " + mgm::detail::describe_bytes(dev.capacity - dev.used) +
+                            " are free",
+                        bytes};
+  }
+  auto& held = dev.foreign[pid];
+  held.first = std::move(name);
+  held.second += charged;
+  dev.used += charged;
+  dev.peak_used = std::max(dev.peak_used, dev.used);
+}
+
+std::size_t machine::release_foreign(device_id d, std::uint32_t pid) {
+  auto& dev = state_->device(d);
+  const std::lock_guard lock{dev.mutex};
+  const auto it = dev.foreign.find(pid);
+  if (it == dev.foreign.end()) return 0;
+  const std::size_t bytes = it->second.second;
+  dev.used -= bytes;
+  dev.foreign.erase(it);
+  return bytes;
+}
+
+std::vector<machine::foreign_process> machine::foreign_processes(device_id d) const {
+  const auto& dev = state_->device(d);
+  const std::lock_guard lock{dev.mutex};
+  std::vector<foreign_process> out;
+  for (const auto& [pid, held] : dev.foreign) out.push_back({pid, held.first, held.second});
+  return out;
+}
+
+bool machine::lost(device_id d) const {
+  const auto& dev = state_->device(d);
+  const std::lock_guard lock{dev.mutex};
+  return dev.faults.lost;
+}
+
 std::uint64_t machine::invalid_frees(device_id d) const {
   const auto& dev = state_->device(d);
   const std::lock_guard lock{dev.mutex};

@@ -99,6 +99,7 @@ struct device_state {
   // enough memory was (a GPU's driver remaps pages instead): pointer -> {mapping, length}.
   std::map<std::uintptr_t, std::pair<void*, std::size_t>> overflow;
   std::uint64_t invalid_frees{0};
+  std::map<std::uint32_t, std::pair<std::string, std::size_t>> foreign;  // pid -> {name, bytes}
   std::int64_t now_ns{0};
   std::vector<stream_state> streams{1};  // [0] is the default stream
   std::vector<std::uint32_t> dead_streams;  // indices a new stream reuses, as CUDA reuses handles

@@ -269,6 +269,7 @@ device_sample nvml_library::sample(unsigned int index, bool with_processes) cons
   abi::device_t dev{nullptr};
   if (const abi::return_t r = m.handle_by_index(index, &dev); r != abi::success) {
     s.missing.push_back("device: " + m.describe(r));
+    s.lost = r == abi::error_gpu_is_lost;
     return s;
   }
   try {
@@ -278,6 +279,7 @@ device_sample nvml_library::sample(unsigned int index, bool with_processes) cons
     if (mr == abi::success && !s.memory_reserved) {
       s.missing.emplace_back("memory.reserved: only nvmlDeviceGetMemoryInfo (v1) answered; used includes it");
     }
+    if (mr == abi::error_gpu_is_lost) s.lost = true;
     if (mr != abi::success) {
       s.missing.push_back("memory: " +
                           (mr == abi::error_function_not_found ? std::string{"symbol not in this NVML"} : m.describe(mr)));

@@ -134,6 +134,13 @@ class sim_source final : public source {
       s.index = d;
       s.cuda_ordinal = d;
       s.name = machine_.spec(device_id{d}).name;
+      if (machine_.lost(device_id{d})) {  // as NVML answers for a GPU off the bus
+        s.lost = true;
+        s.missing.emplace_back("memory: the GPU is lost (fault injection)");
+        out.push_back(std::move(s));
+        continue;
+      }
+      for (const auto& f : machine_.foreign_processes(device_id{d})) s.processes.push_back({f.pid, f.name, f.bytes});
       const sim::memory_info m = machine_.memory(device_id{d});
       s.memory_total = m.total_bytes;
       s.memory_used = m.used_bytes;

@@ -88,6 +88,8 @@ struct partition_move {
   std::size_t to{0};
   std::size_t items{0};
   std::string path;  ///< nvidia-smi's label of the route ("NV12", "SYS"), "" without a topology
+  bool via_host{false};   ///< no peer path: the copy is staged through host memory
+  bool from_lost{false};  ///< the sender is gone: the items are rebuilt on `to`, not copied
 };
 
 struct rebalance_plan {
@@ -99,8 +101,9 @@ struct rebalance_plan {
 
 /// @brief From `previous` and the devices as they are now: keep the previous plan unless a device
 /// overflows its new capacity or the new plan's makespan is better by more than `hysteresis`
-/// (a fraction); otherwise the fewest items moved (Σ of the surpluses), each surplus sent first
-/// to the device it has the best path to.
+/// (a fraction); otherwise the fewest items moved (Σ of the surpluses), routed at the least cost
+/// over the links (`route_moves`, <mgm/partition/rebalancer.hpp>). For a job that runs, with
+/// readings at a period, see `rebalancer`.
 [[nodiscard]] rebalance_plan rebalance(const partition_plan& previous, const partition_request& now,
                                        const topology* links = nullptr, double hysteresis = 0.05);
 

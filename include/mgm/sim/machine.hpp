@@ -18,7 +18,8 @@
 ///   when launched, and memory its capture allocated or freed stays its own until `destroy`.
 ///
 /// Invariants, per device d:
-/// - `used(d) == Σ live allocations (rounded to 256 B) + Σ unreleased physical VMM bytes`
+/// - `used(d) == Σ live allocations (rounded to 256 B) + Σ unreleased physical VMM bytes +
+///   Σ foreign holds`
 /// - `used(d) <= capacity(d)`; `free(d) == capacity(d) - used(d)`
 /// - an event recorded on stream s completes exactly when `now(d) >= tail(s)` at its recording.
 ///
@@ -122,6 +123,21 @@ class machine {
   [[nodiscard]] memory_info memory(device_id d) const;
   /// @brief The device whose memory holds `p`, if any.
   [[nodiscard]] std::optional<device_id> owner_of(const void* p) const noexcept;
+  /// @brief Another process's memory on `d` (a competing tenant): `bytes` more are used, the
+  /// process is listed by `foreign_processes`, until `release_foreign(d, pid)`. A second hold of
+  /// the same pid adds to it. @throws mgm::out_of_memory when the device has not that much free.
+  void hold_foreign(device_id d, std::uint32_t pid, std::string name, std::size_t bytes);
+  /// @brief Gives back everything `pid` holds on `d`; returns the bytes (0 when it held none).
+  std::size_t release_foreign(device_id d, std::uint32_t pid);
+  /// @brief The other processes holding memory on `d`: pid, name, bytes.
+  struct foreign_process {
+    std::uint32_t pid{0};
+    std::string name;
+    std::size_t bytes{0};
+  };
+  [[nodiscard]] std::vector<foreign_process> foreign_processes(device_id d) const;
+  /// @brief Whether `d` fell off the bus (`faults(d).lose_device()`).
+  [[nodiscard]] bool lost(device_id d) const;
   /// @brief Frees given pointers the device did not hold (each also reported through `mgm::log`).
   [[nodiscard]] std::uint64_t invalid_frees(device_id d) const;
 

@@ -46,6 +46,9 @@ struct device_sample {
   /// Set for a MIG instance; its `index`, `pci_bus_id` and `minor_number` are its GPU's, its
   /// `uuid` (`MIG-...`), name and memory its own.
   std::optional<mig_identity> mig;
+  /// The GPU fell off the bus (NVML_ERROR_GPU_IS_LOST, the simulator's lost device): its metrics
+  /// are empty and `missing` says so.
+  bool lost{false};
 
   std::optional<std::uint64_t> memory_total;
   std::optional<std::uint64_t> memory_used;

@@ -1,0 +1,339 @@
+#include <mgm/error.hpp>
+#include <mgm/partition/rebalancer.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace mgm {
+
+namespace {
+
+std::string gpu_name(std::size_t i) { return "GPU" + std::to_string(i); }
+
+std::string percent(std::size_t part, std::size_t whole) {
+  const double p = whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+  char out[32];
+  std::snprintf(out, sizeof out, "%.1f %%", p);
+  return out;
+}
+
+double makespan(const std::vector<std::size_t>& counts, const std::vector<partition_device>& devices) {
+  double m = 0.0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] != 0) m = std::max(m, static_cast<double>(counts[i]) / devices[i].throughput);
+  }
+  return m;
+}
+
+// The plan `base` with other counts: its layout order kept, the ranges laid out again.
+partition_plan with_counts(const partition_plan& base, std::vector<std::size_t> counts,
+                           const std::vector<partition_device>& devices) {
+  partition_plan p = base;
+  p.counts = std::move(counts);
+  std::size_t begin = 0;
+  for (const std::size_t i : p.order) {
+    p.ranges[i] = {begin, begin + p.counts[i]};
+    begin += p.counts[i];
+  }
+  p.makespan = makespan(p.counts, devices);
+  return p;
+}
+
+// Costs in microseconds per GB, as integers: the flow's sums are then exact.
+std::int64_t integer_cost(const topology* links, std::size_t from, std::size_t to) {
+  if (links == nullptr) return 1;
+  return std::max<std::int64_t>(1, std::llround(move_cost(*links, from, to) * 1e6));
+}
+
+}  // namespace
+
+bool has_peer_path(const topology& links, std::size_t from, std::size_t to) {
+  const device_id a{static_cast<int>(from)};
+  const device_id b{static_cast<int>(to)};
+  const gpu_path& p = links.path(a, b);
+  if (p.is_nvlink()) return true;
+  return p.type <= path_type::phb && links.gpu(a).pcie_p2p && links.gpu(b).pcie_p2p;
+}
+
+double move_cost(const topology& links, std::size_t from, std::size_t to) {
+  const device_id a{static_cast<int>(from)};
+  const device_id b{static_cast<int>(to)};
+  if (has_peer_path(links, from, to)) {
+    const double gbps = links.bandwidth(a, b).gbps;
+    return 1.0 / std::max(gbps, 1e-3);
+  }
+  // Staged through pinned host memory: down one GPU's PCIe link, then up the other's.
+  return 1.0 / std::max(pcie_gbps(links.gpu(a)), 1e-3) + 1.0 / std::max(pcie_gbps(links.gpu(b)), 1e-3);
+}
+
+std::vector<partition_move> route_moves(const std::vector<std::size_t>& surplus, const std::vector<std::size_t>& room,
+                                        const topology* links) {
+  const std::size_t n = surplus.size();
+  MGM_EXPECTS(room.size() == n, "route_moves: surplus and room for different GPU counts");
+  MGM_EXPECTS(links == nullptr || links->gpu_count() == n, "route_moves: the topology has another GPU count");
+  std::size_t need = 0;
+  std::size_t have = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    need += surplus[i];
+    have += room[i];
+  }
+  MGM_EXPECTS(have >= need, "route_moves: " + std::to_string(need) + " items to send, room for " + std::to_string(have));
+
+  // A min-cost flow, source -> senders -> receivers -> sink, by successive shortest paths
+  // (Bellman-Ford: residual edges have negative costs). Each augmentation fills a sender, a
+  // receiver or undoes an edge, so there are at most a few times n^2 of them.
+  struct edge {
+    std::size_t to;
+    std::size_t rev;
+    std::size_t cap;
+    std::int64_t cost;
+  };
+  const std::size_t src = 2 * n;
+  const std::size_t dst = 2 * n + 1;
+  std::vector<std::vector<edge>> g(2 * n + 2);
+  const auto add = [&](std::size_t a, std::size_t b, std::size_t cap, std::int64_t cost) {
+    g[a].push_back({b, g[b].size(), cap, cost});
+    g[b].push_back({a, g[a].size() - 1, 0, -cost});
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    if (surplus[i] != 0) add(src, i, surplus[i], 0);
+    if (room[i] != 0) add(n + i, dst, room[i], 0);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (surplus[i] == 0) continue;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j != i && room[j] != 0) add(i, n + j, surplus[i], integer_cost(links, i, j));
+    }
+  }
+  constexpr std::int64_t inf = std::numeric_limits<std::int64_t>::max() / 4;
+  std::size_t sent = 0;
+  while (sent < need) {
+    std::vector<std::int64_t> dist(g.size(), inf);
+    std::vector<std::pair<std::size_t, std::size_t>> via(g.size(), {g.size(), 0});
+    dist[src] = 0;
+    for (std::size_t round = 0; round < g.size(); ++round) {
+      bool changed = false;
+      for (std::size_t a = 0; a < g.size(); ++a) {
+        if (dist[a] == inf) continue;
+        for (std::size_t k = 0; k < g[a].size(); ++k) {
+          const edge& e = g[a][k];
+          if (e.cap != 0 && dist[a] + e.cost < dist[e.to]) {
+            dist[e.to] = dist[a] + e.cost;
+            via[e.to] = {a, k};
+            changed = true;
+          }
+        }
+      }
+      if (!changed) break;
+    }
+    MGM_EXPECTS(dist[dst] != inf, "route_moves: internal error: no path for the remaining items");
+    std::size_t push = need - sent;
+    for (std::size_t v = dst; v != src; v = via[v].first) push = std::min(push, g[via[v].first][via[v].second].cap);
+    for (std::size_t v = dst; v != src; v = via[v].first) {
+      edge& e = g[via[v].first][via[v].second];
+      e.cap -= push;
+      g[e.to][e.rev].cap += push;
+    }
+    sent += push;
+  }
+  std::vector<partition_move> moves;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (const edge& e : g[i]) {
+      if (e.to < n || e.to >= 2 * n) continue;
+      const std::size_t j = e.to - n;
+      const std::size_t flow = g[e.to][e.rev].cap;  // the reverse edge holds what went through
+      if (flow == 0) continue;
+      partition_move m{i, j, flow, ""};
+      if (links != nullptr) {
+        m.path = links->path(device_id{static_cast<int>(i)}, device_id{static_cast<int>(j)}).label();
+        m.via_host = !has_peer_path(*links, i, j);
+      }
+      moves.push_back(std::move(m));
+    }
+  }
+  // The fastest routes first: a caller that runs them in order frees the crowded GPUs soonest.
+  std::stable_sort(moves.begin(), moves.end(), [&](const partition_move& a, const partition_move& b) {
+    return integer_cost(links, a.from, a.to) < integer_cost(links, b.from, b.to);
+  });
+  return moves;
+}
+
+rebalancer::rebalancer(partition_request request, rebalancer_options options, std::optional<topology> links)
+    : request_{std::move(request)}, options_{options}, links_{std::move(links)} {
+  MGM_EXPECTS(options_.min_change >= 0.0 && options_.min_change < 1.0, "rebalancer: min_change is a fraction in [0, 1)");
+  MGM_EXPECTS(options_.hold_steps >= 1, "rebalancer: hold_steps is at least 1");
+  MGM_EXPECTS(!links_ || links_->gpu_count() == request_.devices.size(),
+              "rebalancer: the topology has " + std::to_string(links_ ? links_->gpu_count() : 0) + " GPUs, the request " +
+                  std::to_string(request_.devices.size()));
+  plan_ = partition(request_, links_ ? &*links_ : nullptr);
+  gone_.assign(request_.devices.size(), false);
+}
+
+rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
+  const std::size_t n = request_.devices.size();
+  MGM_EXPECTS(readings.size() == n, "rebalancer: " + std::to_string(readings.size()) + " readings for " +
+                                        std::to_string(n) + " GPUs");
+  ++step_;
+  rebalance_decision out;
+  out.step = step_;
+  const topology* links = links_ ? &*links_ : nullptr;
+  const std::size_t bpi = request_.bytes_per_item;
+
+  // The request as the GPUs are now: usable memory = the reading plus the job's own share.
+  partition_request now = request_;
+  bool lost_items = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    const gpu_reading& r = readings[i];
+    partition_device& d = now.devices[i];
+    if (!r.present) {
+      if (!gone_[i]) out.lost.push_back(i);
+      gone_[i] = true;
+      lost_items = lost_items || plan_.counts[i] != 0;
+      d.free_bytes = 0;
+      d.min_items = 0;
+      d.max_items = 0;
+      continue;
+    }
+    if (gone_[i]) {
+      gone_[i] = false;
+      out.notes.push_back(gpu_name(i) + " is back");
+    }
+    if (r.free_bytes) {
+      request_.devices[i].free_bytes = *r.free_bytes;  // the last reading, for a step without one
+    } else {
+      out.notes.push_back(gpu_name(i) + ": no memory reading, its last one (" + std::to_string(d.free_bytes) + " B) is used");
+    }
+    d.free_bytes = request_.devices[i].free_bytes;
+    if (options_.readings_include_items && plan_.counts[i] != 0) {
+      d.free_bytes += plan_.counts[i] * bpi + request_.devices[i].overhead_bytes;
+    }
+    if (r.throughput && *r.throughput > 0 && std::isfinite(*r.throughput)) d.throughput = *r.throughput;
+  }
+
+  const auto stay = [&](std::string reason) {
+    out.plan.plan = plan_;
+    out.plan.kept = true;
+    out.plan.reason = "stay: " + std::move(reason);
+    return out;
+  };
+
+  partition_plan candidate;
+  try {
+    candidate = partition(now, links);
+  } catch (const partition_error& e) {
+    pending_ = 0;
+    out.notes.push_back(std::string{"no plan fits: "} + e.what());
+    return stay(lost_items ? "a lost GPU's items fit nowhere else now" : "no plan fits the GPUs now");
+  }
+
+  // What the readings ask for.
+  std::vector<std::size_t> overflowing;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!gone_[i] && plan_.counts[i] > candidate.capacity[i]) overflowing.push_back(i);
+  }
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < n; ++i) differ += plan_.counts[i] > candidate.counts[i] ? plan_.counts[i] - candidate.counts[i] : 0;
+  const auto threshold = std::max<std::size_t>(
+      1, static_cast<std::size_t>(std::ceil(options_.min_change * static_cast<double>(request_.items))));
+  bool large = differ >= threshold;
+  if (large && !lost_items && request_.policy == partition_policy::throughput) {
+    large = candidate.makespan < makespan(plan_.counts, now.devices) * (1.0 - options_.min_change);
+  }
+  const bool urgent = lost_items || !overflowing.empty();
+
+  std::string why;
+  if (lost_items) {
+    for (const std::size_t i : out.lost) why += (why.empty() ? "" : ", ") + gpu_name(i);
+    why = (why.empty() ? std::string{"a GPU"} : why) + " is gone";
+  } else if (!overflowing.empty()) {
+    const std::size_t i = overflowing.front();
+    why = gpu_name(i) + " holds " + std::to_string(plan_.counts[i]) + " items, room for " +
+          std::to_string(candidate.capacity[i]) + " now";
+    if (overflowing.size() > 1) why += " (and " + std::to_string(overflowing.size() - 1) + " more GPUs overflow)";
+  } else if (large) {
+    why = "the plan from free memory differs by " + std::to_string(differ) + " items (" + percent(differ, request_.items) + ")";
+  }
+  if (!urgent && !large) {
+    pending_ = 0;
+    if (differ == 0) return stay("the plan matches the GPUs");
+    return stay("the plan from free memory differs by " + std::to_string(differ) + " items (" +
+                percent(differ, request_.items) + "), under the " + percent(threshold, request_.items) + " that moves");
+  }
+  ++pending_;
+  if (!lost_items && pending_ < options_.hold_steps) {
+    return stay(why + ", for " + std::to_string(pending_) + " of " + std::to_string(options_.hold_steps) + " readings");
+  }
+
+  // The target: the new plan for a large change; otherwise (an overflow alone) the fewest items
+  // off the overflowing GPUs, into the room the others have (whole counts only when the plan's
+  // granularity is 1; in units the new plan is taken).
+  std::vector<std::size_t> target = candidate.counts;
+  partition_plan base = candidate;
+  if (!large && request_.granularity == 1) {
+    target = plan_.counts;
+    std::vector<std::size_t> surplus(n, 0);
+    std::vector<std::size_t> room(n, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t cap = std::min(candidate.capacity[i], now.devices[i].max_items);
+      if (plan_.counts[i] > cap) {
+        surplus[i] = plan_.counts[i] - cap;
+      } else {
+        room[i] = cap - plan_.counts[i];
+      }
+    }
+    const auto fix = route_moves(surplus, room, links);
+    for (const auto& m : fix) {
+      target[m.from] -= m.items;
+      target[m.to] += m.items;
+    }
+    base = plan_;
+    base.capacity = candidate.capacity;
+  }
+  std::vector<std::size_t> surplus(n, 0);
+  std::vector<std::size_t> room(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (plan_.counts[i] > target[i]) surplus[i] = plan_.counts[i] - target[i];
+    if (plan_.counts[i] < target[i]) room[i] = target[i] - plan_.counts[i];
+  }
+  auto moves = route_moves(surplus, room, links);
+  for (auto& m : moves) m.from_lost = gone_[m.from];
+
+  // Items that came one way go back only after the cooldown, unless the GPUs force it.
+  if (!urgent) {
+    for (const auto& m : moves) {
+      const auto it = moved_at_.find({m.to, m.from});
+      if (it != moved_at_.end() && it->second + options_.cooldown_steps > step_) {
+        return stay(why + ", but items went " + gpu_name(m.to) + " -> " + gpu_name(m.from) + " at step " +
+                    std::to_string(it->second) + ": the cooldown ends at step " +
+                    std::to_string(it->second + options_.cooldown_steps));
+      }
+    }
+  }
+
+  // Carry the move into the last readings, for a later step that lacks one.
+  if (options_.readings_include_items) {
+    for (const auto& m : moves) {
+      auto& to = request_.devices[m.to];
+      const std::size_t in = m.items * bpi + (plan_.counts[m.to] == 0 ? to.overhead_bytes : 0);
+      to.free_bytes = to.free_bytes > in ? to.free_bytes - in : 0;
+      if (!gone_[m.from]) request_.devices[m.from].free_bytes += m.items * bpi;
+    }
+  }
+  for (const auto& m : moves) moved_at_[{m.from, m.to}] = step_;
+  pending_ = 0;
+  plan_ = with_counts(base, target, now.devices);
+  plan_.capacity = candidate.capacity;
+  out.moved = true;
+  out.plan.plan = plan_;
+  out.plan.moves = std::move(moves);
+  out.plan.kept = false;
+  std::size_t moved_items = 0;
+  for (const auto& m : out.plan.moves) moved_items += m.items;
+  out.plan.reason = "moved " + std::to_string(moved_items) + " items: " + why;
+  return out;
+}
+
+}  // namespace mgm
