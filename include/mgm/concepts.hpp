@@ -113,11 +113,15 @@ concept vmm_ops = std::copyable<V> &&
 /// |                           | enabled" is success; a device holds at most 8 peer connections:    |
 /// |                           | beyond that `cuda_error` with `cudaErrorTooManyPeers`              |
 /// | `disable(a, o)`           | undo `enable`; disabling a pair that is not enabled is a no-op     |
+/// | `copy(d, dd, s, sd, n, q)`| `n` bytes from `s` (on `sd`) to `d` (on `dd`), host memory allowed |
+/// |                           | (`device_id::host()`), on stream `q`; done when it returns         |
 template <class P>
-concept peer_ops = std::copyable<P> && requires(P& p, device_id accessor, device_id owner) {
+concept peer_ops = std::copyable<P> && requires(P& p, device_id accessor, device_id owner, void* dst, const void* src,
+                                                 std::size_t bytes, stream_ref s) {
   { p.can_access(accessor, owner) } -> std::same_as<bool>;
   p.enable(accessor, owner);
   p.disable(accessor, owner);
+  p.copy(dst, accessor, src, owner, bytes, s);  // done (the source free to reuse) when it returns
 };
 
 /// @brief An allocator that names its platform: `A::stream_ops_type` and `a.stream_ops()`.

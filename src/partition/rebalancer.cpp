@@ -262,7 +262,14 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
     return stay("the plan from free memory differs by " + std::to_string(differ) + " items (" +
                 percent(differ, request_.items) + "), under the " + percent(threshold, request_.items) + " that moves");
   }
-  ++pending_;
+  // The same change must last: a reading that asks for another plan (a spike on another GPU)
+  // starts the count again.
+  std::size_t drift = 0;
+  for (std::size_t i = 0; i < n && pending_ != 0; ++i) {
+    drift += pending_target_[i] > candidate.counts[i] ? pending_target_[i] - candidate.counts[i] : 0;
+  }
+  pending_ = pending_ != 0 && drift < threshold ? pending_ + 1 : 1;
+  pending_target_ = candidate.counts;
   if (!lost_items && pending_ < options_.hold_steps) {
     return stay(why + ", for " + std::to_string(pending_) + " of " + std::to_string(options_.hold_steps) + " readings");
   }

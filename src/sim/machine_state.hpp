@@ -220,6 +220,9 @@ class machine_state {
   std::mutex peer_mutex;
   std::vector<std::uint8_t> peer_enabled;  // [accessor * n + owner]
   std::vector<std::uint8_t> peer_ever;     // [accessor * n + owner]: enabled once (priced as a repeat after)
+  std::uint64_t peer_copies{0};            // peer_ops::copy, GPU to GPU over a peer path (peer_mutex)
+  std::uint64_t staged_copies{0};          // peer_ops::copy through host memory (peer_mutex)
+  std::uint64_t copied_bytes{0};
 
   std::mutex capture_mutex;
   std::vector<graph_state> graphs;          // graph id = index + 1

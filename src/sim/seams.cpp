@@ -12,6 +12,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstring>
+#include <utility>
 #include <string>
 
 namespace mgm::sim {
@@ -522,6 +524,29 @@ void peer_ops::disable(device_id accessor, device_id owner) {
   (void)machine_->device(owner);
   const std::lock_guard lock{machine_->peer_mutex};
   machine_->peer_enabled[accessor.index() * machine_->devices.size() + owner.index()] = 0;
+}
+
+void peer_ops::copy(void* dst, device_id dst_device, const void* src, device_id src_device, std::size_t bytes,
+                    stream_ref stream) {
+  (void)stream;  // the copy is done when it returns; its time is not modelled
+  if (bytes == 0) return;
+  for (const auto& [p, d] : {std::pair<const void*, device_id>{dst, dst_device}, {src, src_device}}) {
+    if (d.is_host()) continue;
+    machine_->check_alive(machine_->device(d), d);
+    const auto owner = machine_->owner_of(reinterpret_cast<std::uintptr_t>(p));
+    MGM_EXPECTS(owner == d, "peer_ops::copy: " + mgm::detail::describe_address(p) + " is not memory of " +
+                                machine_->describe(d));
+  }
+  std::memmove(dst, src, bytes);
+  const bool gpus = !dst_device.is_host() && !src_device.is_host() && dst_device != src_device;
+  const std::lock_guard lock{machine_->peer_mutex};
+  if (gpus) (machine_->can_access(dst_device, src_device) ? machine_->peer_copies : machine_->staged_copies) += 1;
+  machine_->copied_bytes += bytes;
+}
+
+peer_ops::copy_counts peer_ops::copies() const {
+  const std::lock_guard lock{machine_->peer_mutex};
+  return {machine_->peer_copies, machine_->staged_copies, machine_->copied_bytes};
 }
 
 bool peer_ops::is_enabled(device_id accessor, device_id owner) {

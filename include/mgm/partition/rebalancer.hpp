@@ -14,7 +14,8 @@
 ///   throughput policy);
 /// - *overflow*: a GPU holds more items than its capacity now (another tenant took memory);
 /// - *hysteresis*: a change or an overflow moves items only once it has lasted `hold_steps`
-///   readings in a row, so noise and one-reading spikes move nothing;
+///   readings in a row (each asking for nearly the same plan: within `min_change` of the one
+///   before), so noise and one-reading spikes move nothing;
 /// - *cooldown*: for `cooldown_steps` after items went from GPU a to GPU b, none go back from b
 ///   to a, unless an overflow or a lost GPU forces it;
 /// - *lost*: a GPU whose reading says it is gone: its items are re-placed at once (no hold) and
@@ -114,6 +115,7 @@ class rebalancer {
   partition_plan plan_;
   std::uint64_t step_{0};
   std::size_t pending_{0};                                     // readings in a row that asked for a move
+  std::vector<std::size_t> pending_target_;                    // the plan they asked for
   std::vector<bool> gone_;
   std::map<std::pair<std::size_t, std::size_t>, std::uint64_t> moved_at_;  // (from, to) -> step
 };

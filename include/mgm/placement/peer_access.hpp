@@ -59,6 +59,13 @@ class peer_access {
     return true;
   }
 
+  /// @brief The platform's copy (`Ops::copy`): between GPUs over their peer path where there is
+  /// one (staged through host memory where not), or with host memory; done when it returns.
+  void copy(void* dst, device_id dst_device, const void* src, device_id src_device, std::size_t bytes, stream_ref stream) {
+    Ops ops = ops_;  // a handle: the copy needs no lock
+    ops.copy(dst, dst_device, src, src_device, bytes, stream);
+  }
+
   [[nodiscard]] bool is_enabled(device_id accessor, device_id owner) const {
     const std::lock_guard lock{mutex_};
     return accessor == owner || state_[accessor.index() * n_ + owner.index()] == enabled;

@@ -51,6 +51,7 @@ struct placement_statistics {
   std::size_t to_peers{0};
   std::size_t to_host{0};
   std::size_t staged{0};
+  std::size_t migrations{0};     ///< buffers moved by `migrate()`
 };
 
 /// @brief Allocates memory for a reader GPU: on the reader when its pool has room above the
@@ -73,8 +74,8 @@ class placed_allocator {
   using copy_function = std::function<void(void* dst, const void* src, std::size_t bytes)>;
 
   /// @param reserve_bytes per GPU, kept free by placement (empty: none).
-  /// @param copy moves a buffer for `rebalance()` (default: `std::memcpy`, right for the simulator
-  ///   and host memory; give `cudaMemcpy` with `cudaMemcpyDefault` for GPUs).
+  /// @param copy replaces the platform's copy for `rebalance()` and `migrate()` (empty: the peer
+  ///   seam's, `cudaMemcpyPeerAsync` on CUDA and `memcpy` on the simulator; nothing to set).
   placed_allocator(const topology& links, std::function<Upstream(device_id)> make_device,
                    std::function<HostUpstream(std::optional<int>)> make_host, PeerOps peers,
                    std::vector<std::size_t> reserve_bytes = {}, placement_options options = {},
@@ -86,7 +87,7 @@ class placed_allocator {
         reserve_{std::move(reserve_bytes)},
         options_{options},
         pool_options_{std::move(pools)},
-        copy_{copy ? std::move(copy) : copy_function{[](void* d, const void* s, std::size_t n) { std::memcpy(d, s, n); }}} {
+        copy_{std::move(copy)} {
     MGM_EXPECTS(reserve_.empty() || reserve_.size() == links.gpu_count(), "placed_allocator: one reserve per GPU");
   }
 
@@ -126,7 +127,8 @@ class placed_allocator {
   }
 
   /// @brief Moves spilled buffers whose reader has room again back to it; returns what moved.
-  std::vector<moved_buffer> rebalance() {
+  /// The copies run on `stream` and are done when it returns.
+  std::vector<moved_buffer> rebalance(stream_ref stream = {}) {
     const std::lock_guard lock{mutex_};
     std::vector<moved_buffer> moved;
     std::vector<void*> candidates;
@@ -143,13 +145,52 @@ class placed_allocator {
       } catch (const std::bad_alloc&) {
         continue;
       }
-      copy_(fresh, p, e.bytes);
+      try {
+        copy(fresh, e.reader, p, e.where.device, e.bytes, stream);
+      } catch (...) {
+        pools_.pool(e.reader).deallocate(fresh, e.bytes);
+        throw;
+      }
       release(e, p, e.bytes);
       live_.erase(p);
       live_.emplace(fresh, placed{{e.reader, links_.gpu(e.reader).numa_node}, e.reader, e.bytes});
       moved.push_back({p, fresh, e.bytes, e.where, e.reader});
     }
     return moved;
+  }
+
+  /// @brief Moves the buffer `p` to GPU `to`, which reads it from now on (a rebalancer's move):
+  /// memory on `to` above its reserve, the platform's copy on `stream`, the old memory freed.
+  /// Returns the new address (`p` itself when it is on `to` already).
+  /// @throws mgm::out_of_memory when `to` has no room above its reserve; mgm::logic_error for a
+  /// pointer this allocator did not place. Either way nothing changed.
+  [[nodiscard]] void* migrate(void* p, device_id to, stream_ref stream = {}) {
+    const std::lock_guard lock{mutex_};
+    const auto it = live_.find(p);
+    MGM_EXPECTS(it != live_.end(), "placed_allocator::migrate: a pointer it did not place");
+    MGM_EXPECTS(!to.is_host() && to.index() < links_.gpu_count(), "placed_allocator::migrate: no GPU " + std::to_string(to.value()));
+    const placed e = it->second;
+    if (!e.where.is_host() && e.where.device == to) {
+      it->second.reader = to;
+      return p;
+    }
+    void* fresh = allocate_within_reserve(to, e.bytes);
+    if (fresh == nullptr) {
+      throw out_of_memory{"placed_allocator::migrate: GPU" + std::to_string(to.value()) + " has no room for " +
+                              mgm::detail::describe_bytes(e.bytes) + " above its reserve",
+                          e.bytes};
+    }
+    try {
+      copy(fresh, to, p, e.where.device, e.bytes, stream);
+    } catch (...) {
+      pools_.pool(to).deallocate(fresh, e.bytes);
+      throw;
+    }
+    release(e, p, e.bytes);
+    live_.erase(it);
+    live_.emplace(fresh, placed{{to, links_.gpu(to).numa_node}, to, e.bytes});
+    ++stats_.migrations;
+    return fresh;
   }
 
   [[nodiscard]] std::vector<spill_record> spills() const {
@@ -181,6 +222,14 @@ class placed_allocator {
     device_id reader;
     std::size_t bytes;
   };
+
+  void copy(void* dst, device_id dst_device, const void* src, device_id src_device, std::size_t bytes, stream_ref stream) {
+    if (copy_) {
+      copy_(dst, src, bytes);
+    } else {
+      peers_.copy(dst, dst_device, src, src_device, bytes, stream);
+    }
+  }
 
   // Free memory above the reserve, as the pool sees it: its upstream's free bytes plus what it
   // holds cached.

@@ -5,6 +5,9 @@
 #include <mgm/concepts.hpp>
 #include <mgm/device.hpp>
 #include <mgm/error.hpp>
+#include <mgm/stream.hpp>
+
+#include <cstddef>
 
 #include <cuda_runtime_api.h>
 
@@ -44,6 +47,20 @@ class cuda_peer_ops {
       return;
     }
     MGM_CUDA_TRY(status);
+  }
+
+  /// @brief Copies between GPUs with `cudaMemcpyPeerAsync` on `stream` (staged through host
+  /// memory by CUDA where there is no peer path), with host memory by `cudaMemcpyAsync`
+  /// (`cudaMemcpyDefault`), and waits for `stream`: the source may be freed when it returns.
+  void copy(void* dst, device_id dst_device, const void* src, device_id src_device, std::size_t bytes,
+            stream_ref stream) const {
+    if (bytes == 0) return;
+    if (!dst_device.is_host() && !src_device.is_host()) {
+      MGM_CUDA_TRY(cudaMemcpyPeerAsync(dst, dst_device.value(), src, src_device.value(), bytes, stream.get()));
+    } else {
+      MGM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream.get()));
+    }
+    MGM_CUDA_TRY(cudaStreamSynchronize(stream.get()));
   }
 
   friend constexpr bool operator==(cuda_peer_ops, cuda_peer_ops) noexcept { return true; }

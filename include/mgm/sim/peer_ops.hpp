@@ -4,8 +4,10 @@
 
 #include <mgm/concepts.hpp>
 #include <mgm/device.hpp>
+#include <mgm/stream.hpp>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace mgm::sim {
 
@@ -30,6 +32,19 @@ class peer_ops {
   [[nodiscard]] bool can_access(device_id accessor, device_id owner);
   void enable(device_id accessor, device_id owner);
   void disable(device_id accessor, device_id owner);
+  /// @brief `cudaMemcpyPeerAsync` (between GPUs) or `cudaMemcpyAsync` (with host memory):
+  /// a `memcpy` here, done when it returns. A copy between GPUs without a peer path (`SYS`, a
+  /// board without PCIe peers) is counted as staged through host memory, as CUDA stages it.
+  /// @throws mgm::cuda_error when either GPU is lost; mgm::logic_error when a pointer is not in
+  /// the memory of the device it is said to be on.
+  void copy(void* dst, device_id dst_device, const void* src, device_id src_device, std::size_t bytes, stream_ref stream);
+  /// @brief The copies so far: over peer paths, staged through host memory, and their bytes.
+  struct copy_counts {
+    std::uint64_t peer{0};
+    std::uint64_t staged{0};
+    std::uint64_t bytes{0};
+  };
+  [[nodiscard]] copy_counts copies() const;
   /// @brief Whether `accessor` has access to `owner` now (not part of the seam; CUDA has no query).
   [[nodiscard]] bool is_enabled(device_id accessor, device_id owner);
   /// @brief The devices `d` is connected to, in either direction.

@@ -1,0 +1,481 @@
+// The rebalancer against brute force (routes, the fewest moves), under generated noise, cooldowns,
+// lost GPUs and failed readings; its driver over the simulator's telemetry.
+#include <mgm/partition/rebalance_driver.hpp>
+#include <mgm/partition/rebalancer.hpp>
+#include <mgm/sim/machine.hpp>
+#include <mgm/telemetry/source.hpp>
+#include <mgm/topology/topology.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+namespace {
+
+constexpr std::size_t GiB = std::size_t{1} << 30;
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+// Four GPUs: two NVLink pairs, PCIe peers within a socket, SYS across.
+mgm::topology four_gpus() {
+  return mgm::parse_smi_topology(
+      "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\n"
+      "GPU0\t X \tNV4\tPHB\tSYS\t0-15\t0\n"
+      "GPU1\tNV4\t X \tSYS\tPHB\t16-31\t1\n"
+      "GPU2\tPHB\tSYS\t X \tNV2\t0-15\t0\n"
+      "GPU3\tSYS\tPHB\tNV2\t X \t16-31\t1\n");
+}
+
+mgm::partition_request job(const std::vector<std::size_t>& free, std::size_t items, std::size_t bytes_per_item,
+                           std::size_t reserve = 0) {
+  mgm::partition_request r;
+  r.items = items;
+  r.bytes_per_item = bytes_per_item;
+  for (const auto f : free) {
+    mgm::partition_device d;
+    d.free_bytes = f;
+    d.reserve_bytes = reserve;
+    r.devices.push_back(d);
+  }
+  return r;
+}
+
+std::vector<mgm::gpu_reading> readings(const std::vector<std::size_t>& free) {
+  std::vector<mgm::gpu_reading> out;
+  for (const auto f : free) out.push_back({true, f, std::nullopt});
+  return out;
+}
+
+double cost_of(const std::vector<mgm::partition_move>& moves, const mgm::topology& links) {
+  double c = 0;
+  for (const auto& m : moves) c += static_cast<double>(m.items) * mgm::move_cost(links, m.from, m.to);
+  return c;
+}
+
+// The least cost of sending every surplus into the room, over every transfer matrix.
+double brute_force_cost(const std::vector<std::size_t>& surplus, std::vector<std::size_t> room, const mgm::topology& links) {
+  const std::size_t n = surplus.size();
+  double best = std::numeric_limits<double>::infinity();
+  std::function<void(std::size_t, std::size_t, std::size_t, double)> go = [&](std::size_t from, std::size_t to,
+                                                                             std::size_t left, double cost) {
+    if (cost >= best) return;
+    if (from == n) {
+      best = cost;
+      return;
+    }
+    if (left == 0) {
+      const std::size_t next = from + 1;
+      go(next, 0, next < n ? surplus[next] : 0, cost);
+      return;
+    }
+    if (to == n) return;  // this sender could not place everything
+    const std::size_t most = to == from ? 0 : std::min(left, room[to]);
+    for (std::size_t k = 0; k <= most; ++k) {
+      room[to] -= k;
+      go(from, to + 1, left - k, cost + static_cast<double>(k) * (k == 0 ? 0.0 : mgm::move_cost(links, from, to)));
+      room[to] += k;
+    }
+  };
+  go(0, 0, surplus[0], 0.0);
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("route_moves: the least cost over the links, against brute force", "[rebalancer]") {
+  const auto links = four_gpus();
+  std::mt19937 rng{7};
+  for (int round = 0; round < 300; ++round) {
+    std::vector<std::size_t> surplus(4, 0);
+    std::vector<std::size_t> room(4, 0);
+    std::size_t need = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+      if (rng() % 2 == 0) {
+        surplus[i] = rng() % 11;
+        need += surplus[i];
+      }
+    }
+    // Receivers with room enough in total, some of it short so the cheapest routes fill.
+    std::size_t have = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+      if (surplus[i] == 0) {
+        room[i] = rng() % 12;
+        have += room[i];
+      }
+    }
+    if (have < need) {
+      for (std::size_t i = 0; i < 4; ++i) {
+        if (surplus[i] == 0) {
+          room[i] += need - have;
+          break;
+        }
+      }
+      have = std::accumulate(room.begin(), room.end(), std::size_t{0});
+    }
+    if (have < need) continue;  // every GPU sends: nowhere to go
+    const auto moves = mgm::route_moves(surplus, room, &links);
+    std::vector<std::size_t> sent(4, 0);
+    std::vector<std::size_t> got(4, 0);
+    for (const auto& m : moves) {
+      REQUIRE(m.from != m.to);
+      REQUIRE(m.items > 0);
+      sent[m.from] += m.items;
+      got[m.to] += m.items;
+      REQUIRE(m.via_host == !mgm::has_peer_path(links, m.from, m.to));
+      REQUIRE(m.path == links.path(mgm::device_id{static_cast<int>(m.from)}, mgm::device_id{static_cast<int>(m.to)}).label());
+    }
+    REQUIRE(sent == surplus);
+    for (std::size_t i = 0; i < 4; ++i) REQUIRE(got[i] <= room[i]);
+    const double brute = brute_force_cost(surplus, room, links);
+    REQUIRE(cost_of(moves, links) == Approx(brute).epsilon(1e-6).margin(1e-9));
+  }
+  // Two senders, two receivers: each over its own NVLink, none through host memory.
+  const auto moves = mgm::route_moves({4, 0, 4, 0}, {0, 4, 0, 4}, &links);
+  REQUIRE(moves.size() == 2);
+  for (const auto& m : moves) REQUIRE(m.path.rfind("NV", 0) == 0);
+  REQUIRE_THROWS_AS(mgm::route_moves({5, 0}, {0, 4}, nullptr), mgm::logic_error);
+}
+
+TEST_CASE("has_peer_path and move_cost: NVLink, then PCIe peers, then through host memory", "[rebalancer]") {
+  const auto links = four_gpus();
+  REQUIRE(mgm::has_peer_path(links, 0, 1));
+  REQUIRE(mgm::has_peer_path(links, 0, 2));   // PHB
+  REQUIRE_FALSE(mgm::has_peer_path(links, 0, 3));  // SYS
+  REQUIRE(mgm::move_cost(links, 0, 1) < mgm::move_cost(links, 2, 3));  // NV4 beats NV2
+  REQUIRE(mgm::move_cost(links, 2, 3) < mgm::move_cost(links, 0, 2));  // NV2 beats PCIe
+  REQUIRE(mgm::move_cost(links, 0, 2) < mgm::move_cost(links, 0, 3));  // PCIe beats host memory
+  auto mixed = mgm::sim::machine::preset("pcie-4gpu-mixed");  // GeForce: no PCIe peers at all
+  REQUIRE_FALSE(mgm::has_peer_path(mixed.links(), 0, 2));
+}
+
+TEST_CASE("rebalancer: overflows fixed with the fewest moves, against brute force", "[rebalancer]") {
+  const auto links = four_gpus();
+  std::mt19937 rng{11};
+  int checked = 0;
+  for (int round = 0; round < 400; ++round) {
+    const std::size_t items = 4 + rng() % 37;  // up to 40
+    const std::size_t bpi = GiB;
+    std::vector<std::size_t> free(4);
+    for (auto& f : free) f = (8 + rng() % 24) * GiB;
+    mgm::rebalancer_options o;
+    o.hold_steps = 1;
+    o.min_change = 0.99;  // only overflows move: each decision is the fewest moves that fit
+    o.readings_include_items = false;
+    mgm::rebalancer r{job(free, items, bpi), o, links};
+    const auto before = r.plan().counts;
+    // New readings: some GPUs lose memory.
+    std::vector<std::size_t> now = free;
+    for (auto& f : now) {
+      if (rng() % 2 == 0) f = (rng() % 10) * GiB;
+    }
+    const auto d = r.step(readings(now));
+    std::vector<std::size_t> cap(4);
+    for (std::size_t i = 0; i < 4; ++i) cap[i] = now[i] / bpi;
+    const std::size_t total_cap = std::accumulate(cap.begin(), cap.end(), std::size_t{0});
+    std::size_t over = 0;
+    for (std::size_t i = 0; i < 4; ++i) over += before[i] > cap[i] ? before[i] - cap[i] : 0;
+    if (total_cap < items) {
+      REQUIRE_FALSE(d.moved);  // nothing fits: nothing moves
+      continue;
+    }
+    // Brute force: the fewest items that must leave a GPU for every count to fit.
+    std::size_t fewest = std::numeric_limits<std::size_t>::max();
+    for (std::size_t a = 0; a <= std::min(items, cap[0]); ++a) {
+      for (std::size_t b = 0; a + b <= items && b <= cap[1]; ++b) {
+        for (std::size_t c = 0; a + b + c <= items && c <= cap[2]; ++c) {
+          const std::size_t e = items - a - b - c;
+          if (e > cap[3]) continue;
+          const std::size_t counts[4] = {a, b, c, e};
+          std::size_t moved = 0;
+          for (std::size_t i = 0; i < 4; ++i) moved += before[i] > counts[i] ? before[i] - counts[i] : 0;
+          fewest = std::min(fewest, moved);
+        }
+      }
+    }
+    REQUIRE(over == fewest);  // the overflow itself is the least that must move
+    REQUIRE(d.moved == (over > 0));
+    if (!d.moved) continue;
+    std::size_t moved = 0;
+    for (const auto& m : d.plan.moves) moved += m.items;
+    REQUIRE(moved == fewest);
+    const auto& after = d.plan.plan.counts;
+    REQUIRE(std::accumulate(after.begin(), after.end(), std::size_t{0}) == items);
+    std::vector<std::size_t> surplus(4, 0);
+    std::vector<std::size_t> room(4, 0);
+    for (std::size_t i = 0; i < 4; ++i) {
+      REQUIRE(after[i] <= cap[i]);
+      surplus[i] = before[i] > cap[i] ? before[i] - cap[i] : 0;
+      room[i] = before[i] < cap[i] ? cap[i] - before[i] : 0;
+    }
+    // The cheapest routes for that surplus (brute force over every transfer).
+    REQUIRE(cost_of(d.plan.moves, links) == Approx(brute_force_cost(surplus, room, links)).epsilon(1e-6));
+    ++checked;
+  }
+  REQUIRE(checked > 50);
+}
+
+TEST_CASE("rebalancer: a large change goes to the new plan, no item moving twice, every receiver within its memory",
+          "[rebalancer]") {
+  const auto links = four_gpus();
+  std::mt19937 rng{5};
+  int moved_rounds = 0;
+  for (int round = 0; round < 300; ++round) {
+    const std::size_t items = 8 + rng() % 33;
+    const std::size_t bpi = 256 * MiB;
+    const std::size_t reserve = GiB;
+    std::vector<std::size_t> free(4);
+    for (auto& f : free) f = (12 + rng() % 20) * GiB;
+    mgm::rebalancer_options o;
+    o.hold_steps = 1;
+    o.min_change = 0.05;
+    mgm::rebalancer r{job(free, items, bpi, reserve), o, links};
+    const auto before = r.plan().counts;
+    // Readings as the driver sees them: the job's items count as used; a tenant takes memory.
+    std::vector<std::size_t> now(4);
+    for (std::size_t i = 0; i < 4; ++i) {
+      const std::size_t tenant = rng() % 3 == 0 ? (rng() % 10) * GiB : 0;
+      const std::size_t held = before[i] * bpi;
+      now[i] = free[i] > held + tenant ? free[i] - held - tenant : 0;
+    }
+    const auto d = r.step(readings(now));
+    if (!d.moved) continue;
+    ++moved_rounds;
+    const auto& after = d.plan.plan.counts;
+    REQUIRE(std::accumulate(after.begin(), after.end(), std::size_t{0}) == items);
+    std::size_t surplus = 0;
+    std::vector<std::size_t> in(4, 0);
+    for (std::size_t i = 0; i < 4; ++i) surplus += before[i] > after[i] ? before[i] - after[i] : 0;
+    std::size_t moved = 0;
+    for (const auto& m : d.plan.moves) {
+      moved += m.items;
+      in[m.to] += m.items;
+      REQUIRE(after[m.from] < before[m.from]);  // a sender only sends
+      REQUIRE(after[m.to] > before[m.to]);      // a receiver only receives
+    }
+    REQUIRE(moved == surplus);  // the fewest moves between the two plans
+    for (std::size_t i = 0; i < 4; ++i) {
+      // While the senders still hold their copies, what arrives fits above the reserve.
+      REQUIRE(in[i] * bpi + reserve <= now[i]);
+    }
+  }
+  REQUIRE(moved_rounds > 30);
+}
+
+TEST_CASE("rebalancer: Gaussian noise and periodic spikes in a flat run move nothing", "[rebalancer]") {
+  const auto links = four_gpus();
+  const std::vector<std::size_t> free{70 * GiB, 70 * GiB, 40 * GiB, 40 * GiB};
+  const std::size_t items = 400;
+  const std::size_t bpi = 64 * MiB;
+  const auto run = [&](mgm::rebalancer_options o) {
+    o.readings_include_items = true;
+    mgm::rebalancer r{job(free, items, bpi, 2 * GiB), o, links};
+    std::mt19937 rng{3};
+    std::normal_distribution<double> noise{0.0, 0.01};  // 1 % of the free memory
+    std::size_t moves = 0;
+    for (int t = 1; t <= 600; ++t) {
+      std::vector<std::size_t> now(4);
+      for (std::size_t i = 0; i < 4; ++i) {
+        const double held = static_cast<double>(r.plan().counts[i] * bpi);
+        double f = static_cast<double>(free[i]) - held;
+        f *= 1.0 + noise(rng);
+        if (t % 25 == static_cast<int>(i)) f -= 0.3 * static_cast<double>(free[i]);  // a one-reading spike
+        now[i] = static_cast<std::size_t>(std::max(0.0, f));
+      }
+      if (r.step(readings(now)).moved) ++moves;
+    }
+    return moves;
+  };
+  mgm::rebalancer_options defaults;
+  REQUIRE(run(defaults) == 0);
+  // The same run without hysteresis churns: the test can tell.
+  mgm::rebalancer_options none;
+  none.hold_steps = 1;
+  none.min_change = 0.0;
+  none.cooldown_steps = 0;
+  REQUIRE(run(none) > 20);
+}
+
+TEST_CASE("rebalancer: a tenant arrives (items leave within two readings), leaves (they return after the cooldown)",
+          "[rebalancer]") {
+  const auto links = four_gpus();
+  const std::vector<std::size_t> total{80 * GiB, 80 * GiB, 80 * GiB, 80 * GiB};
+  const std::size_t items = 200;
+  const std::size_t bpi = 128 * MiB;  // 25 GiB in all
+  mgm::rebalancer_options o;  // hold 2, cooldown 6
+  mgm::rebalancer r{job(total, items, bpi, GiB), o, links};
+  std::size_t tenant = 0;
+  const auto read = [&] {
+    std::vector<std::size_t> now(4);
+    for (std::size_t i = 0; i < 4; ++i) now[i] = total[i] - r.plan().counts[i] * bpi - (i == 1 ? tenant : 0);
+    return r.step(readings(now));
+  };
+  const auto start = r.plan().counts;
+  REQUIRE_FALSE(read().moved);
+  tenant = 48 * GiB;  // 60 % of GPU1
+  const auto first = read();
+  REQUIRE_FALSE(first.moved);
+  REQUIRE_THAT(first.plan.reason, Catch::Contains("1 of 2 readings"));
+  const auto second = read();
+  REQUIRE(second.moved);
+  REQUIRE(second.plan.plan.counts[1] < start[1]);
+  for (const auto& m : second.plan.moves) {
+    REQUIRE(m.from == 1);
+    REQUIRE(m.via_host == !mgm::has_peer_path(links, 1, m.to));  // GPU1 -> GPU2 is SYS: the only way
+  }
+  // GPU1's nearest peer over NVLink (NV4) takes the most.
+  REQUIRE(second.plan.moves.front().to == 0);
+  REQUIRE(second.plan.moves.front().path == "NV4");
+  const std::uint64_t moved_at = second.step;
+  tenant = 0;  // it leaves: back only once the cooldown ends
+  std::uint64_t returned = 0;
+  for (int t = 0; t < 12 && returned == 0; ++t) {
+    const auto d = read();
+    if (d.moved) {
+      returned = d.step;
+      for (const auto& m : d.plan.moves) REQUIRE(m.to == 1);
+      REQUIRE(d.plan.plan.counts == start);
+    } else if (d.step > moved_at + 1) {
+      REQUIRE_THAT(d.plan.reason, Catch::Contains("cooldown"));
+    }
+  }
+  REQUIRE(returned == moved_at + o.cooldown_steps);
+}
+
+TEST_CASE("rebalancer: a lost GPU's items are re-placed at once; a missing reading keeps the last one", "[rebalancer]") {
+  const auto links = four_gpus();
+  const std::vector<std::size_t> total{80 * GiB, 80 * GiB, 80 * GiB, 80 * GiB};
+  mgm::rebalancer_options o;
+  o.readings_include_items = false;
+  mgm::rebalancer r{job(total, 100, GiB), o, links};
+  const auto start = r.plan().counts;
+  auto now = readings(total);
+  now[2].free_bytes.reset();
+  const auto missing = r.step(now);
+  REQUIRE_FALSE(missing.moved);
+  REQUIRE(missing.notes.size() == 1);
+  REQUIRE_THAT(missing.notes[0], Catch::Contains("GPU2: no memory reading"));
+  now = readings(total);
+  now[3].present = false;
+  const auto lost = r.step(now);
+  REQUIRE(lost.moved);  // no hold for a GPU that is gone
+  REQUIRE(lost.lost == std::vector<std::size_t>{3});
+  REQUIRE(lost.plan.plan.counts[3] == 0);
+  std::size_t rebuilt = 0;
+  for (const auto& m : lost.plan.moves) {
+    REQUIRE(m.from == 3);
+    REQUIRE(m.from_lost);
+    rebuilt += m.items;
+  }
+  REQUIRE(rebuilt == start[3]);
+  REQUIRE(r.gone()[3]);
+  // It stays gone without moving again; when it is back it may take items again.
+  REQUIRE_FALSE(r.step(now).moved);
+  const auto back = r.step(readings(total));
+  REQUIRE_THAT(back.notes.front(), Catch::Contains("GPU3 is back"));
+  REQUIRE_FALSE(r.gone()[3]);
+  // Bad input: a reading count that is not the GPU count.
+  REQUIRE_THROWS_AS(r.step(readings({GiB})), mgm::logic_error);
+  mgm::rebalancer_options bad;
+  bad.hold_steps = 0;
+  REQUIRE_THROWS_AS((mgm::rebalancer{job(total, 10, GiB), bad}), mgm::logic_error);
+  REQUIRE_THROWS_AS((mgm::rebalancer{job(total, 1000, GiB)}), mgm::partition_error);
+}
+
+TEST_CASE("rebalance_driver: failed readings, a throwing callback and a thread with a period", "[rebalancer]") {
+  const std::vector<std::size_t> total{40 * GiB, 40 * GiB};
+  mgm::rebalancer_options o;
+  o.hold_steps = 1;
+  o.readings_include_items = false;
+  int calls = 0;
+  std::size_t gpu0 = 40 * GiB;
+  const auto read = [&] {
+    ++calls;
+    if (calls == 2) throw std::runtime_error{"NVML went away"};
+    return readings({gpu0, 40 * GiB});
+  };
+  int changes = 0;
+  bool fail_moves = true;
+  std::vector<mgm::rebalance_event> events;
+  mgm::rebalance_driver d{
+      mgm::rebalancer{job(total, 40, GiB), o}, read, std::chrono::milliseconds{1},
+      [&](const mgm::rebalance_decision&) {
+        ++changes;
+        if (fail_moves) throw std::runtime_error{"a copy failed"};
+      },
+      [&](const mgm::rebalance_event& e) { events.push_back(e); }, false};
+  REQUIRE(d.turn().what == mgm::rebalance_event::kind::stayed);
+  const auto failed = d.turn();
+  REQUIRE(failed.what == mgm::rebalance_event::kind::reading_failed);
+  REQUIRE_THAT(failed.message, Catch::Contains("NVML went away"));
+  gpu0 = 10 * GiB;  // GPU0 can hold 10 items now
+  const auto refused = d.turn();
+  REQUIRE(refused.what == mgm::rebalance_event::kind::callback_failed);
+  REQUIRE(d.plan().counts == std::vector<std::size_t>{20, 20});  // back to the plan before
+  fail_moves = false;
+  const auto moved = d.turn();
+  REQUIRE(moved.what == mgm::rebalance_event::kind::moved);
+  REQUIRE(d.plan().counts[0] <= 10);
+  REQUIRE(d.errors() == 2);
+  REQUIRE(d.changes() == 1);
+  REQUIRE(changes == 2);
+  REQUIRE(events.size() == 4);
+  REQUIRE(d.turns() == 4);
+
+  // On its own thread, at a period, over the simulator's telemetry.
+  auto m = mgm::sim::machine::preset("dgx-h100");
+  std::shared_ptr<mgm::telemetry::source> src = mgm::telemetry::make_sim_source(m);
+  std::vector<std::size_t> free(8);
+  for (int g = 0; g < 8; ++g) free[static_cast<std::size_t>(g)] = m.memory(mgm::device_id{g}).free_bytes;
+  mgm::rebalancer_options so;
+  so.readings_include_items = false;
+  std::atomic<int> moved_events{0};
+  mgm::rebalance_driver threaded{mgm::rebalancer{job(free, 400, GiB), so, m.links()},
+                                 mgm::rebalance_driver::from_source(src, 8), std::chrono::milliseconds{2},
+                                 [&](const mgm::rebalance_decision&) { moved_events.fetch_add(1); }};
+  m.hold_foreign(mgm::device_id{5}, 4242, "tenant", 60 * GiB);
+  for (int spin = 0; spin < 5000 && threaded.changes() == 0; ++spin) std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  threaded.stop();
+  REQUIRE(threaded.changes() >= 1);
+  REQUIRE(moved_events.load() >= 1);
+  REQUIRE(threaded.plan().counts[5] < 30);  // from 50
+}
+
+TEST_CASE("readings_from: the simulator's batch, a lost GPU, a foreign process, pool cache as free", "[rebalancer]") {
+  auto m = mgm::sim::machine::preset("pcie-4gpu-mixed");
+  m.hold_foreign(mgm::device_id{1}, 99, "other-job", 4 * GiB);
+  REQUIRE_THROWS_AS(m.hold_foreign(mgm::device_id{2}, 99, "other-job", 64 * GiB), mgm::out_of_memory);
+  m.faults(mgm::device_id{3}).lose_device();
+  auto src = mgm::telemetry::make_sim_source(m);
+  const auto batch = src->sample();
+  REQUIRE(batch[3].lost);
+  REQUIRE(batch[1].processes.size() == 1);
+  REQUIRE(batch[1].processes[0].pid == 99);
+  const auto r = mgm::readings_from(batch, 4);
+  REQUIRE(r[0].present);
+  REQUIRE(r[1].free_bytes.value() == m.memory(mgm::device_id{1}).free_bytes);
+  REQUIRE(r[1].free_bytes.value() + 4 * GiB == m.memory(mgm::device_id{0}).free_bytes);
+  REQUIRE_FALSE(r[3].present);
+  REQUIRE(m.release_foreign(mgm::device_id{1}, 99) == 4 * GiB);
+  REQUIRE(m.release_foreign(mgm::device_id{1}, 99) == 0);
+  // A GPU the batch lacks is gone; keys pick GPUs by UUID / bus id.
+  const auto five = mgm::readings_from(batch, 5);
+  REQUIRE_FALSE(five[4].present);
+  auto with_cache = batch;
+  with_cache[0].pool_reserved = 3 * GiB;
+  with_cache[0].pool_allocated = GiB;
+  REQUIRE(mgm::readings_from(with_cache, 4)[0].free_bytes.value() == *batch[0].memory_free + 2 * GiB);
+  REQUIRE(mgm::readings_from(with_cache, 4, {}, {false})[0].free_bytes.value() == *batch[0].memory_free);
+  std::vector<std::string> keys;
+  for (const auto& s : batch) keys.push_back(s.key());
+  std::reverse(keys.begin(), keys.end());
+  const auto reversed = mgm::readings_from(batch, 4, keys);
+  REQUIRE_FALSE(reversed[0].present);  // GPU3, lost
+  REQUIRE(reversed[3].present);
+}
