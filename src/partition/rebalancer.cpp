@@ -13,6 +13,8 @@ namespace {
 
 std::string gpu_name(std::size_t i) { return "GPU" + std::to_string(i); }
 
+std::string items_text(std::size_t n) { return std::to_string(n) + (n == 1 ? " item" : " items"); }
+
 std::string percent(std::size_t part, std::size_t whole) {
   const double p = whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
   char out[32];
@@ -250,17 +252,16 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
     why = (why.empty() ? std::string{"a GPU"} : why) + " is gone";
   } else if (!overflowing.empty()) {
     const std::size_t i = overflowing.front();
-    why = gpu_name(i) + " holds " + std::to_string(plan_.counts[i]) + " items, room for " +
-          std::to_string(candidate.capacity[i]) + " now";
+    why = gpu_name(i) + " holds " + items_text(plan_.counts[i]) + ", room for " + std::to_string(candidate.capacity[i]) + " now";
     if (overflowing.size() > 1) why += " (and " + std::to_string(overflowing.size() - 1) + " more GPUs overflow)";
   } else if (large) {
-    why = "the plan from free memory differs by " + std::to_string(differ) + " items (" + percent(differ, request_.items) + ")";
+    why = "the plan from free memory differs by " + items_text(differ) + " (" + percent(differ, request_.items) + ")";
   }
   if (!urgent && !large) {
     pending_ = 0;
     if (differ == 0) return stay("the plan matches the GPUs");
-    return stay("the plan from free memory differs by " + std::to_string(differ) + " items (" +
-                percent(differ, request_.items) + "), under the " + percent(threshold, request_.items) + " that moves");
+    return stay("the plan from free memory differs by " + items_text(differ) + " (" + percent(differ, request_.items) +
+                "), under the " + percent(threshold, request_.items) + " that moves");
   }
   // The same change must last: a reading that asks for another plan (a spike on another GPU)
   // starts the count again.
@@ -339,7 +340,7 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   out.plan.kept = false;
   std::size_t moved_items = 0;
   for (const auto& m : out.plan.moves) moved_items += m.items;
-  out.plan.reason = "moved " + std::to_string(moved_items) + " items: " + why;
+  out.plan.reason = "moved " + items_text(moved_items) + ": " + why;
   return out;
 }
 

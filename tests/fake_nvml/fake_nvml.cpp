@@ -7,7 +7,10 @@
 //   "memory": {"total", "reserved", "used"}, "temperature", "power_mw", "power_limit_mw",
 //   "clock_sm", "clock_mem", "pcie_gen", "pcie_width", "pcie_rx_kbs", "pcie_tx_kbs",
 //   "nvlinks": [1, 1, 0], "utilization": [gpu, mem], "processes": [{"pid", "name", "used"}],
-//   "unsupported": ["power", "temperature", "clocks", "pcie", "nvlink", "utilization", "processes", "memory"]}]}
+//   "unsupported": ["power", "temperature", "clocks", "pcie", "nvlink", "utilization", "processes", "memory"],
+//   "lost": true}]}   (a lost GPU answers its memory query with NVML_ERROR_GPU_IS_LOST)
+// With "reload": true the file is read again at each memory query, so a test can change the GPUs
+// under a running mgm (it replaces the file by a rename).
 #include "nvml_abi.hpp"
 
 #include <nlohmann/json.hpp>
@@ -79,6 +82,20 @@ abi::return_t do_init() {
   ++s.inits;
   ++s.live;
   return abi::success;
+}
+
+// The config as the file says now, for "reload": true (a file that cannot be read keeps the last).
+void reload_if_asked() {
+  auto& s = state();
+  if (!s.config.value("reload", false)) return;
+  const char* path = std::getenv("MGM_FAKE_NVML_CONFIG");
+  if (path == nullptr) return;
+  std::ifstream in{path};
+  if (!in) return;
+  try {
+    s.config = nlohmann::json::parse(in);
+  } catch (...) {
+  }
 }
 
 template <class Info>
@@ -232,8 +249,10 @@ FAKE_API abi::return_t nvmlDeviceGetMinorNumber(abi::device_t d, unsigned int* m
 }
 
 FAKE_API abi::return_t nvmlDeviceGetMemoryInfo_v2(abi::device_t d, abi::memory_v2_t* m) {
+  reload_if_asked();
   const auto* dev = device_of(d);
   if (dev == nullptr) return abi::error_invalid_argument;
+  if (dev->value("lost", false)) return abi::error_gpu_is_lost;
   state().last_memory_version = m->version;
   if (m->version != abi::memory_v2_version) return abi::error_argument_version_mismatch;
   if (unsupported(*dev, "memory")) return abi::error_not_supported;
@@ -264,8 +283,10 @@ FAKE_API abi::return_t nvmlDeviceGetComputeRunningProcesses(abi::device_t d, uns
 #endif
 
 FAKE_API abi::return_t nvmlDeviceGetMemoryInfo(abi::device_t d, abi::memory_v1_t* m) {
+  reload_if_asked();
   const auto* dev = device_of(d);
   if (dev == nullptr) return abi::error_invalid_argument;
+  if (dev->value("lost", false)) return abi::error_gpu_is_lost;
   if (unsupported(*dev, "memory")) return abi::error_not_supported;
   const auto& mem = (*dev)["memory"];
   m->total = mem.value("total", 0ULL);

@@ -489,6 +489,74 @@ TEST_CASE("mgm plan: counts add up, spill order per GPU", "[tool]") {
   CHECK(run_mgm("--sim 2x8GiB plan --items 10 --bytes-per-item lots").rc == 2);
 }
 
+TEST_CASE("mgm plan --watch: a tenant, then a lost GPU, each change one JSON line with its reason", "[tool]") {
+  // Two 80 GiB GPUs over the fake NVML, which reads its file again at every memory query; the
+  // launcher changes the file while mgm watches: a tenant takes 60 % of GPU1, then GPU0 falls off.
+  const auto gpu = [](int i, std::uint64_t used, bool lost) {
+    return std::string{R"({"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-0000000)"} + std::to_string(i) +
+           R"(-2222-3333-4444-555555555555", "pci_bus_id": "00000000:0)" + std::to_string(i) +
+           R"(:00.0", "memory": {"total": 85899345920, "reserved": 0, "used": )" + std::to_string(used) + "}" +
+           (lost ? R"(, "lost": true)" : "") + "}";
+  };
+  const auto config = [&](std::uint64_t used1, bool lost0) {
+    return R"({"reload": true, "devices": [)" + gpu(0, 0, lost0) + ", " + gpu(1, used1, false) + "]}";
+  };
+  const std::string env = fake_nvml_env(config(0, false), "watch.json");
+  const auto dir = scratch();
+  std::ofstream{dir / "tenant.json"} << config(51539607552, false);  // 48 GiB
+  std::ofstream{dir / "lost.json"} << config(51539607552, true);
+  const std::string cfg = (dir / "watch.json").string();
+  // The launcher's background part waits for what mgm prints (so a slow start changes nothing):
+  // the plan, then the tenant; the move, then the lost GPU; the second move, then Ctrl-C.
+  const std::string out = (dir / "stdout").string();
+  const std::string swap = [&](const char* from) {
+    return "cp " + (dir / from).string() + " " + cfg + ".new; mv " + cfg + ".new " + cfg + "; ";
+  }("tenant.json");
+  const std::string swap_lost = "cp " + (dir / "lost.json").string() + " " + cfg + ".new; mv " + cfg + ".new " + cfg + "; ";
+  const auto waits = [&](int n) {
+    // (each wait ends too when mgm has gone: nothing is left behind)
+    return "until [ $(grep -c moved " + out + ") -ge " + std::to_string(n) + " ] || ! kill -0 $$; do sleep 0.05; done; ";
+  };
+  const std::string script = "until grep -q plan " + out + " || ! kill -0 $$; do sleep 0.05; done; sleep 0.3; " + swap + waits(1) +
+                             "sleep 0.3; " + swap_lost + waits(2) + "sleep 0.5; kill -INT $$";
+  const std::string launcher = "sh -c '(" + script + R"() & exec "$0" "$@"')";
+  const auto r = run_mgm("--json plan --items 100 --bytes-per-item 256MiB --reserve 1GiB --watch 100ms --duration 60s",
+                         env, launcher);
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  std::vector<nlohmann::json> lines;
+  std::istringstream in{r.out};
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  REQUIRE(lines.size() >= 3);
+  CHECK(lines[0]["event"] == "plan");
+  CHECK(lines[0]["counts"]["GPU0"] == 50);
+  CHECK(lines[0]["counts"]["GPU1"] == 50);
+  // The tenant: GPU1's items go to GPU0 after two readings.
+  const auto& moved = lines[1];
+  CHECK(moved["event"] == "moved");
+  CHECK(moved["moves"][0]["from"] == "GPU1");
+  CHECK(moved["moves"][0]["to"] == "GPU0");
+  CHECK(moved["counts"]["GPU1"].get<int>() < 30);
+  CHECK(moved["reason"].get<std::string>().find("differs by") != std::string::npos);
+  // GPU0 falls off: its items are rebuilt on GPU1, at once.
+  const auto& lost = lines[2];
+  CHECK(lost["event"] == "moved");
+  CHECK(lost["lost"][0] == "GPU0");
+  CHECK(lost["moves"][0]["from_lost"] == true);
+  CHECK(lost["counts"]["GPU0"] == 0);
+  CHECK(lost["reason"].get<std::string>().find("GPU0 is gone") != std::string::npos);
+  // The readings before and after are quiet: no other change was made.
+  CHECK(lines.size() == 3);
+
+  // Options that mean nothing without --watch, and bad shares, are refused.
+  CHECK(run_mgm("--sim 2x8GiB plan --items 4 --bytes-per-item 1GiB --cooldown 3").rc == 1);
+  CHECK(run_mgm("--sim 2x8GiB plan --items 4 --bytes-per-item 1GiB --watch 1s --min-change 100%").rc == 2);
+  const auto text = run_mgm("--sim 2x8GiB plan --items 4 --bytes-per-item 1GiB --watch 100ms --duration 0.3s");
+  CHECK(text.rc == 0);
+  CHECK(text.out.find("plan: GPU0 2, GPU1 2") != std::string::npos);
+  CHECK(text.out.find("0 changes, 0 failed readings") != std::string::npos);
+}
+
 TEST_CASE("mgm replay: replay_result JSON, devices in parallel, async needs a GPU", "[tool]") {
   const auto trace = scratch() / "tiny.rmm_log.csv";
   std::ofstream{trace} << tiny_trace;

@@ -1,11 +1,14 @@
 // mgm plan: how to split N items across the GPUs, and where each GPU's buffers spill when it is full.
 #include "mgm_tool.hpp"
+#include "live_source.hpp"
 #include "plan_cluster.hpp"
+#include "plan_watch.hpp"
 
 #include <mgm/bytes.hpp>
 #include <mgm/device.hpp>
 #include <mgm/error.hpp>
 #include <mgm/partition/partitioner.hpp>
+#include <mgm/partition/rebalance_driver.hpp>
 #include <mgm/placement/placement_policy.hpp>
 #include <mgm/topology/discovery.hpp>
 #include <mgm/topology/topology.hpp>
@@ -58,6 +61,29 @@ machine_view view_of(const context& ctx) {
   return v;
 }
 
+// A share: "5%" or "0.05", in [0, 1).
+double parse_fraction(const char* option, const std::string& text) {
+  std::string t = text;
+  double scale = 1.0;
+  if (!t.empty() && t.back() == '%') {
+    t.pop_back();
+    scale = 0.01;
+  }
+  std::size_t used = 0;
+  double v = -1.0;
+  try {
+    v = std::stod(t, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != t.size() || !std::isfinite(v)) {
+    throw tool_error{exit_bad_input, std::string{option} + ": '" + text + "' is not a share (5%, 0.05)"};
+  }
+  v *= scale;
+  if (v < 0.0 || v >= 1.0) throw tool_error{exit_bad_input, std::string{option} + ": " + text + " is not in [0, 100%)"};
+  return v;
+}
+
 }  // namespace
 
 void add_plan(CLI::App& app, context& ctx) {
@@ -75,6 +101,11 @@ void add_plan(CLI::App& app, context& ctx) {
     std::string selector;
     std::string node_label{"instance"};
     std::string timeout{"10s"};
+    std::string watch;
+    std::string duration;
+    std::size_t hold{2};
+    std::string min_change{"5%"};
+    std::size_t cooldown{6};
   };
   auto o = std::make_shared<options>();
   cmd->add_option("--items", o->items, "How many items (samples, layers, shards)")->required()->check(count_at_least(0));
@@ -98,10 +129,47 @@ void add_plan(CLI::App& app, context& ctx) {
   cmd->add_option("--selector", o->selector, "With --prometheus: label matchers for the series, such as {job=\"gpu\"}");
   cmd->add_option("--node-label", o->node_label, "With --prometheus: the label that names a node")->capture_default_str();
   cmd->add_option("--timeout", o->timeout, "With --prometheus: how long each request may take")->capture_default_str();
+  auto* watch_opt = cmd->add_option("--watch", o->watch,
+                                    "Keep the plan in step with the GPUs' free memory: read them every INTERVAL "
+                                    "(default 5s) and print each change with its reason, until Ctrl-C")
+                        ->expected(0, 1);
+  auto* duration_opt = cmd->add_option("--duration", o->duration, "With --watch: stop after this long (10m, 2h)");
+  auto* hold_opt = cmd->add_option("--hold", o->hold, "With --watch: readings in a row a change must last before items move")
+                       ->check(count_at_least(1))
+                       ->capture_default_str();
+  auto* min_change_opt =
+      cmd->add_option("--min-change", o->min_change,
+                      "With --watch: the least share of the items a change must move (5%, 0.05); smaller ones are noise")
+          ->capture_default_str();
+  auto* cooldown_opt =
+      cmd->add_option("--cooldown", o->cooldown, "With --watch: readings before moved items may go back the way they came")
+          ->capture_default_str();
   cmd->footer(
       "Example: mgm --sim pcie-4gpu-mixed plan --items 50000 --bytes-per-item 1MiB --reserve 2GiB\n"
+      "         mgm plan --items 512 --bytes-per-item 1GiB --reserve 4GiB --watch 10s\n"
       "         mgm plan --prometheus http://prometheus:9090 --selector '{job=\"mgm\"}' --items 1000 --bytes-per-item 8GiB");
-  cmd->callback([&ctx, o] {
+  cmd->callback([&ctx, o, watch_opt, duration_opt, hold_opt, min_change_opt, cooldown_opt] {
+    const bool watching = watch_opt->count() > 0;
+    if (!watching) {
+      for (const auto* opt : {duration_opt, hold_opt, min_change_opt, cooldown_opt}) {
+        if (opt->count() > 0) throw tool_error{exit_usage, opt->get_name() + " is used with --watch only"};
+      }
+    }
+    watch_options w;
+    w.json = ctx.json;
+    if (watching) {
+      w.interval_s = parse_duration(o->watch.empty() ? std::string{"5s"} : o->watch).count();
+      if (w.interval_s < 0.1) throw tool_error{exit_bad_input, "--watch needs at least 100ms between readings"};
+      if (!o->duration.empty()) {
+        w.duration_s = parse_duration(o->duration).count();
+        if (!(*w.duration_s > 0)) throw tool_error{exit_bad_input, "--duration must be more than 0 s"};
+      }
+      w.rebalance.hold_steps = o->hold;
+      w.rebalance.cooldown_steps = o->cooldown;
+      w.rebalance.min_change = parse_fraction("--min-change", o->min_change);
+      // The job is not running yet, or runs elsewhere: free memory is what it may take.
+      w.rebalance.readings_include_items = false;
+    }
     // Options that would be silently ignored are refused before anything is measured.
     if (o->policy == "throughput" && o->throughput.empty()) {
       throw tool_error{exit_usage, "--policy throughput needs --throughput: the items per second of each GPU, in GPU "
@@ -146,7 +214,72 @@ void add_plan(CLI::App& app, context& ctx) {
       each.overhead_bytes = overhead;
       const double timeout_s = parse_duration(o->timeout).count();
       if (!(timeout_s > 0)) throw tool_error{exit_bad_input, "--timeout must be more than 0 s"};
-      plan_cluster({o->prometheus, o->selector, o->node_label, o->policy, ctx.json, timeout_s}, r, each, o->throughput);
+      const cluster_plan_options co{o->prometheus, o->selector, o->node_label, o->policy, ctx.json, timeout_s};
+      if (!watching) {
+        plan_cluster(co, r, each, o->throughput);
+        return;
+      }
+      std::string source;
+      const auto gpus = read_cluster_gpus(co, source);
+      if (!o->throughput.empty() && o->throughput.size() != gpus.size()) {
+        throw tool_error{exit_bad_input, "--throughput has " + std::to_string(o->throughput.size()) + " values for the " +
+                                             std::to_string(gpus.size()) + " GPUs of the cluster"};
+      }
+      std::vector<std::string> ids;
+      for (std::size_t i = 0; i < gpus.size(); ++i) {
+        auto d = each;
+        d.free_bytes = gpus[i].free_bytes;
+        if (!o->throughput.empty()) d.throughput = o->throughput[i];
+        r.devices.push_back(d);
+        ids.push_back(gpus[i].id());
+      }
+      // Each reading asks Prometheus again; a GPU whose series is gone reads as lost.
+      auto read = [co, ids] {
+        std::string ignored;
+        const auto now = read_cluster_gpus(co, ignored);
+        std::vector<mgm::gpu_reading> out(ids.size());
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+          out[i].present = false;
+          for (const auto& g : now) {
+            if (g.id() == ids[i]) out[i] = {true, g.free_bytes, std::nullopt};
+          }
+        }
+        return out;
+      };
+      watch_plan(w, r, ids, std::nullopt, read);
+      return;
+    }
+    if (watching) {
+      std::optional<sim_choice> machine;
+      std::shared_ptr<mgm::telemetry::source> src = open_source(ctx, machine);
+      const auto first = src->sample();
+      std::vector<std::string> labels;
+      std::vector<std::string> keys;
+      for (const auto& s : first) {
+        if (s.mig) continue;  // whole GPUs (MIG instances are planned through Prometheus)
+        labels.push_back("GPU" + std::to_string(s.cuda_ordinal.value_or(s.index)));
+        keys.push_back(s.key());
+      }
+      if (!o->throughput.empty() && o->throughput.size() != labels.size()) {
+        throw tool_error{exit_bad_input, "--throughput has " + std::to_string(o->throughput.size()) + " values for " +
+                                             std::to_string(labels.size()) + " GPUs"};
+      }
+      const auto readings = mgm::readings_from(first, labels.size(), keys);
+      for (std::size_t i = 0; i < labels.size(); ++i) {
+        mgm::partition_device d;
+        d.free_bytes = readings[i].free_bytes.value_or(0);
+        d.reserve_bytes = reserve;
+        d.overhead_bytes = overhead;
+        if (!o->throughput.empty()) d.throughput = o->throughput[i];
+        r.devices.push_back(d);
+      }
+      std::optional<mgm::topology> links;
+      if (machine) {
+        links = machine->machine.links();
+      } else if (mgm::device_count() == static_cast<int>(labels.size())) {
+        links = mgm::discover_topology();
+      }
+      watch_plan(w, r, labels, links, mgm::rebalance_driver::from_source(src, labels.size(), keys));
       return;
     }
     const machine_view v = view_of(ctx);

@@ -21,15 +21,6 @@ namespace mgm_tool {
 
 namespace {
 
-struct cluster_gpu {
-  std::string node;
-  int index{0};
-  std::optional<int> gpu_instance;  ///< a MIG instance of GPU `index`
-  std::string uuid;
-  std::string name;
-  std::size_t free_bytes{0};
-};
-
 std::string label(const nlohmann::json& metric, std::initializer_list<const char*> names) {
   for (const char* n : names) {
     if (metric.contains(n) && metric[n].is_string()) return metric[n].get<std::string>();
@@ -64,7 +55,13 @@ nlohmann::json instant_query(const std::string& base, const std::string& query, 
   return data["result"];
 }
 
-std::vector<cluster_gpu> read_gpus(const cluster_plan_options& o, std::string& source) {
+std::string range_text(const std::pair<std::size_t, std::size_t>& r) {
+  return "[" + std::to_string(r.first) + ", " + std::to_string(r.second) + ")";
+}
+
+}  // namespace
+
+std::vector<cluster_gpu> read_cluster_gpus(const cluster_plan_options& o, std::string& source) {
   std::string base = o.prometheus;
   while (!base.empty() && base.back() == '/') base.pop_back();
   if (!o.selector.empty() && (o.selector.front() != '{' || o.selector.back() != '}')) {
@@ -155,16 +152,10 @@ std::vector<cluster_gpu> read_gpus(const cluster_plan_options& o, std::string& s
   return gpus;
 }
 
-std::string range_text(const std::pair<std::size_t, std::size_t>& r) {
-  return "[" + std::to_string(r.first) + ", " + std::to_string(r.second) + ")";
-}
-
-}  // namespace
-
 void plan_cluster(const cluster_plan_options& o, const mgm::partition_request& r,
                   const mgm::partition_device& gpu_template, const std::vector<double>& throughput) {
   std::string source;
-  const auto gpus = read_gpus(o, source);
+  const auto gpus = read_cluster_gpus(o, source);
   if (!throughput.empty() && throughput.size() != gpus.size()) {
     throw tool_error{exit_bad_input, "--throughput has " + std::to_string(throughput.size()) + " values for the " +
                                          std::to_string(gpus.size()) + " GPUs of the cluster (nodes by name, GPUs by index)"};

@@ -5,6 +5,7 @@
 #include <mgm/partition/partitioner.hpp>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,24 @@ struct cluster_plan_options {
   bool json{false};
   double timeout_s{10.0};  ///< for each request to Prometheus
 };
+
+/// @brief One GPU (or MIG instance) of the cluster as Prometheus has it.
+struct cluster_gpu {
+  std::string node;
+  int index{0};
+  std::optional<int> gpu_instance;  ///< a MIG instance of GPU `index`
+  std::string uuid;
+  std::string name;
+  std::size_t free_bytes{0};
+  /// @brief `node/index` (`node/index.instance` for MIG): what names the GPU across readings.
+  [[nodiscard]] std::string id() const {
+    return node + "/" + std::to_string(index) + (gpu_instance ? "." + std::to_string(*gpu_instance) : "");
+  }
+};
+
+/// @brief Every GPU's free memory from Prometheus, nodes by name and GPUs by index; `source`
+/// says which series answered. @throws tool_error as `plan_cluster` does.
+[[nodiscard]] std::vector<cluster_gpu> read_cluster_gpus(const cluster_plan_options& o, std::string& source);
 
 /// @brief Reads every GPU's free memory from Prometheus (`mgm_gpu_memory_free_bytes`, else
 /// dcgm-exporter's `DCGM_FI_DEV_FB_FREE` in MiB), splits `r.items` over the nodes and prints the
