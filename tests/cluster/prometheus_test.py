@@ -230,16 +230,19 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     flaky, flaky_addr = start_serve(procs, mgm, None, "flaky", nvml_env)
 
     # A stand-in for dcgm-exporter on the same loopback: its names and labels, MiB.
-    dcgm_text = "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED gauge\n"
-    dcgm_free_mib = {0: 70000, 1: 20000}
-    for name, values in (("USED", {0: 1000, 1: 2000}), ("FREE", dcgm_free_mib)):
-        for i in range(2):
-            dcgm_text += ('DCGM_FI_DEV_FB_%s{gpu="%d",UUID="GPU-dcgm-%d",pci_bus_id="00000000:%02X:00.0",device="nvidia%d",'
-                          'modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-h100"} %d\n' % (name, i, i, 0x18 + i, i, values[i]))
+    dcgm_free_mib = {0: 70000, 1: 20000}  # changed by the plan --watch check below
+
+    def dcgm_text():
+        text = "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED gauge\n"
+        for name, values in (("USED", {0: 1000, 1: 2000}), ("FREE", dict(dcgm_free_mib))):
+            for i in range(2):
+                text += ('DCGM_FI_DEV_FB_%s{gpu="%d",UUID="GPU-dcgm-%d",pci_bus_id="00000000:%02X:00.0",device="nvidia%d",'
+                         'modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-h100"} %d\n' % (name, i, i, 0x18 + i, i, values[i]))
+        return text
 
     class Dcgm(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            body = dcgm_text.encode()
+            body = dcgm_text().encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
@@ -350,6 +353,23 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     check(out["source"].startswith("DCGM_FI_DEV_FB_FREE") and len(out["nodes"]) == 1, "dcgm plan: %s" % out)
     check({g["gpu"]: g["free_bytes"] for g in out["nodes"][0]["gpus"]} == {i: m * MIB for i, m in dcgm_free_mib.items()},
           "dcgm free memory: %s" % out["nodes"][0]["gpus"])
+    # plan --watch over the cluster: GPU 0 of the dcgm node loses most of its memory; the items
+    # follow within a few readings (Prometheus scrapes each second), one JSON line for the change.
+    watch = procs.start([mgm, "--json", "plan", "--prometheus", api, "--selector", '{job="dcgm"}', "--items", "60",
+                         "--bytes-per-item", "1GiB", "--watch", "200ms", "--duration", "60s"])
+    first = json.loads(read_line(watch, "plan --watch --prometheus"))
+    node = first["counts"]
+    check(first["event"] == "plan" and sorted(node.values()) == [13, 47], "the watch's first plan: %s" % first)
+    gpu0 = [k for k in node if k.endswith("/0")][0]
+    gpu1 = [k for k in node if k.endswith("/1")][0]
+    dcgm_free_mib[0], dcgm_free_mib[1] = 20000, 70000
+    change = json.loads(read_line(watch, "plan --watch --prometheus after the change", timeout=30.0))
+    check(change["event"] == "moved" and change["counts"][gpu0] == 13 and change["counts"][gpu1] == 47 and
+          change["moves"][0]["from"] == gpu0 and change["moves"][0]["items"] == 34,
+          "the watch's change: %s" % change)
+    check(procs.stop(watch) == 0, "plan --watch did not stop on SIGTERM with 0: %s" % Processes.stderr_of(watch))
+    dcgm_free_mib[0], dcgm_free_mib[1] = 70000, 20000
+
     check(plan("--selector", '{job="mgm"}').returncode == 0 and "contiguous" in plan("--selector", '{job="mgm"}').stdout,
           "plan --prometheus without --json")
     # MIG: the instances take the items, not the GPU they divide; GPU 1 (unreadable) has no series.
