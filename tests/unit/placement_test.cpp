@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -177,6 +178,51 @@ TEST_CASE("placed_allocator on the simulated DGX-1: fill GPU0, the next block la
   placed.release_all();
   for (int d = 0; d < 8; ++d) REQUIRE(m.memory(device_id{d}).used_bytes == 0);
   REQUIRE(m.hazards().empty());
+}
+
+TEST_CASE("placed_allocator::migrate: the platform's copy, the reserve kept, nothing changed on failure", "[placement]") {
+  auto m = mgm::sim::machine::preset("dgx-h100");
+  mgm::pool_options plain;
+  plain.expandable_segments = false;
+  const std::size_t reserve = 2 * GiB;
+  mgm::placed_allocator placed{m.links(), [&](device_id d) { return m.allocator(d); },
+                               [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers(),
+                               std::vector<std::size_t>(8, reserve), mgm::placement_options{}, plain};
+  void* p = placed.allocate(device_id{0}, 8 * MiB);
+  std::memset(p, 0x5A, 8 * MiB);
+  void* q = placed.migrate(p, device_id{5});
+  REQUIRE(q != p);
+  REQUIRE(m.owner_of(q) == device_id{5});
+  REQUIRE(placed.location_of(q)->device == device_id{5});
+  REQUIRE_FALSE(placed.location_of(p));
+  REQUIRE(static_cast<unsigned char*>(q)[8 * MiB - 1] == 0x5A);
+  REQUIRE(m.peers().copies().peer == 1);  // NV18: peer to peer
+  REQUIRE(m.peers().copies().staged == 0);
+  REQUIRE(placed.statistics().migrations == 1);
+  REQUIRE(placed.migrate(q, device_id{5}) == q);  // already there
+  // A GPU with no room above its reserve: out_of_memory, the buffer where it was.
+  const auto free6 = m.memory(device_id{6}).free_bytes;
+  m.hold_foreign(device_id{6}, 1, "tenant", free6 - reserve - 4 * MiB);
+  REQUIRE_THROWS_AS((void)placed.migrate(q, device_id{6}), mgm::out_of_memory);
+  REQUIRE(placed.location_of(q)->device == device_id{5});
+  REQUIRE(m.memory(device_id{6}).free_bytes >= reserve);
+  int outside = 0;
+  REQUIRE_THROWS_AS((void)placed.migrate(&outside, device_id{1}), mgm::logic_error);
+  // The seam refuses a pointer said to be on a GPU it is not on, and a lost GPU.
+  REQUIRE_THROWS_AS(m.peers().copy(q, device_id{1}, &outside, device_id::host(), 4, {}), mgm::logic_error);
+  m.faults(device_id{5}).lose_device();
+  REQUIRE_THROWS_AS((void)placed.migrate(q, device_id{4}), mgm::cuda_error);
+  REQUIRE(placed.location_of(q)->device == device_id{5});
+  // On GeForce boards (no peer access) the same copy is staged through host memory.
+  auto mixed = mgm::sim::machine::preset("pcie-4gpu-mixed");
+  mgm::placed_allocator pcie{mixed.links(), [&](device_id d) { return mixed.allocator(d); },
+                             [&](std::optional<int> numa) { return mixed.host_allocator(numa); }, mixed.peers(),
+                             std::vector<std::size_t>(4, 0),
+                             mgm::placement_options{}, plain};
+  void* r = pcie.allocate(device_id{0}, MiB);
+  void* s2 = pcie.migrate(r, device_id{2});
+  REQUIRE(mixed.peers().copies().staged == 1);
+  pcie.deallocate(s2, MiB);
 }
 
 TEST_CASE("placed_allocator on a PCIe box spills to host memory near the reader", "[placement]") {
