@@ -185,6 +185,30 @@ TEST_CASE("the CUDA peer seam: already enabled is success", "[gpu]") {
   peers.disable(mgm::device_id{0}, mgm::device_id{1});
 }
 
+TEST_CASE("the CUDA peer seam's copy: host to GPU to GPU and back, done when it returns", "[gpu]") {
+  mgm::cuda_peer_ops peers;
+  const std::size_t n = 1 << 20;
+  std::vector<unsigned char> host(n, 0x3C);
+  std::vector<unsigned char> back(n, 0);
+  const int last = mgm::device_count() - 1;  // the second GPU where there is one, else GPU0 again
+  void* a = nullptr;
+  void* b = nullptr;
+  {
+    const mgm::scoped_device on{mgm::device_id{0}};
+    REQUIRE(cudaMalloc(&a, n) == cudaSuccess);
+  }
+  {
+    const mgm::scoped_device on{mgm::device_id{last}};
+    REQUIRE(cudaMalloc(&b, n) == cudaSuccess);
+  }
+  peers.copy(a, mgm::device_id{0}, host.data(), mgm::device_id::host(), n, {});
+  peers.copy(b, mgm::device_id{last}, a, mgm::device_id{0}, n, {});  // cudaMemcpyPeerAsync (staged without P2P)
+  peers.copy(back.data(), mgm::device_id::host(), b, mgm::device_id{last}, n, {});
+  REQUIRE(back == host);
+  REQUIRE(cudaFree(a) == cudaSuccess);
+  REQUIRE(cudaFree(b) == cudaSuccess);
+}
+
 TEST_CASE("a trace replays on the GPU through the pool, cudaMalloc and cudaMallocAsync", "[gpu][trace]") {
   std::istringstream in{"Thread,Time,Action,Pointer,Size,Stream\n"
                         "1,00:00:00.000000,allocate,0x1000,3145728,0\n"
