@@ -294,6 +294,20 @@ rebalance_plan rebalance(const partition_plan& previous, const partition_request
     if (previous.counts[i] > next.counts[i]) surplus[i] = previous.counts[i] - next.counts[i];
     if (previous.counts[i] < next.counts[i]) deficit[i] = next.counts[i] - previous.counts[i];
   }
+  // With fewer items than before, the surplus beyond the deficits is dropped, not moved: the
+  // largest surpluses give it up first.
+  std::size_t to_send = 0;
+  std::size_t to_take = 0;
+  for (std::size_t i = 0; i < surplus.size(); ++i) {
+    to_send += surplus[i];
+    to_take += deficit[i];
+  }
+  while (to_send > to_take) {
+    const auto most = std::max_element(surplus.begin(), surplus.end());
+    const std::size_t cut = std::min(*most, to_send - to_take);
+    *most -= cut;
+    to_send -= cut;
+  }
   const bool routed = links != nullptr && links->gpu_count() == surplus.size();
   out.moves = route_moves(surplus, deficit, routed ? links : nullptr);
   return out;

@@ -68,6 +68,7 @@ struct rebalance_driver::impl {
   std::atomic<std::uint64_t> changes{0};
   std::atomic<std::uint64_t> errors{0};
   std::string last_error;
+  std::mutex join_mutex;
   std::thread thread;
 
   explicit impl(rebalancer r) : state{std::move(r)} {}
@@ -94,11 +95,12 @@ struct rebalance_driver::impl {
       e.what = rebalance_event::kind::reading_failed;
       return fail(std::move(e), "the readings failed (an unknown exception); the plan stays");
     }
-    rebalancer before = state;  // a value: the plan to go back to when the moves fail
+    // The step runs on a copy, committed only once its moves are done: readers of plan() never
+    // see a plan whose moves are in flight or failed.
+    rebalancer next = state;
     rebalance_decision d;
     try {
-      std::unique_lock lock{mutex};
-      d = state.step(readings);
+      d = next.step(readings);
     } catch (const std::exception& ex) {
       e.what = rebalance_event::kind::reading_failed;
       return fail(std::move(e), std::string{"the readings were refused: "} + ex.what() + "; the plan stays");
@@ -106,27 +108,25 @@ struct rebalance_driver::impl {
     e.message = d.plan.reason;
     for (const auto& note : d.notes) e.message += "; " + note;
     if (d.moved) {
+      std::string error;
       try {
         if (on_change) on_change(d);
       } catch (const std::exception& ex) {
-        {
-          const std::lock_guard lock{mutex};
-          state = std::move(before);
-        }
-        e.what = rebalance_event::kind::callback_failed;
-        e.decision = std::move(d);
-        return fail(std::move(e), std::string{"the moves failed: "} + ex.what() + "; the plan is the one before");
+        error = ex.what();
       } catch (...) {
-        {
-          const std::lock_guard lock{mutex};
-          state = std::move(before);
-        }
+        error = "an unknown exception";
+      }
+      if (!error.empty()) {
         e.what = rebalance_event::kind::callback_failed;
         e.decision = std::move(d);
-        return fail(std::move(e), "the moves failed (an unknown exception); the plan is the one before");
+        return fail(std::move(e), "the moves failed: " + error + "; the plan is the one before");
       }
       changes.fetch_add(1, std::memory_order_relaxed);
       e.what = rebalance_event::kind::moved;
+    }
+    {
+      const std::lock_guard lock{mutex};
+      state = std::move(next);
     }
     e.decision = std::move(d);
     return e;
@@ -168,7 +168,15 @@ rebalance_driver::rebalance_driver(rebalancer r, reading_function read, std::chr
   if (start) impl_->thread = std::thread{[p = impl_.get()] { p->run(); }};
 }
 
-rebalance_driver::~rebalance_driver() { stop(); }
+rebalance_driver::~rebalance_driver() {
+  stop();
+  // Destroyed from its own callback: the thread cannot join itself, so it is left to finish alone
+  // (it touches nothing of the driver after its turn returns).
+  if (impl_->thread.joinable() && impl_->thread.get_id() == std::this_thread::get_id()) {
+    impl_->thread.detach();
+    (void)impl_.release();  // the loop still reads its impl: leaked, not freed under it
+  }
+}
 
 rebalance_driver::reading_function rebalance_driver::from_source(std::shared_ptr<telemetry::source> source,
                                                                  std::size_t gpus, std::vector<std::string> keys,
@@ -190,6 +198,9 @@ void rebalance_driver::stop() noexcept {
     impl_->stopping = true;
   }
   impl_->wake.notify_all();
+  // From a callback (the driver's own thread): the loop ends after this turn; the destructor joins.
+  if (impl_->thread.get_id() == std::this_thread::get_id()) return;
+  const std::lock_guard join{impl_->join_mutex};  // two threads stopping at once: one joins
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 

@@ -56,7 +56,7 @@ bool has_peer_path(const topology& links, std::size_t from, std::size_t to) {
   const device_id a{static_cast<int>(from)};
   const device_id b{static_cast<int>(to)};
   const gpu_path& p = links.path(a, b);
-  if (p.is_nvlink()) return true;
+  if (p.is_nvlink() || p.type == path_type::c2c) return true;
   return p.type <= path_type::phb && links.gpu(a).pcie_p2p && links.gpu(b).pcie_p2p;
 }
 
@@ -80,13 +80,14 @@ std::vector<partition_move> route_moves(const std::vector<std::size_t>& surplus,
   std::size_t have = 0;
   for (std::size_t i = 0; i < n; ++i) {
     need += surplus[i];
-    have += room[i];
+    if (surplus[i] == 0) have += room[i];  // a sender takes nothing in
   }
   MGM_EXPECTS(have >= need, "route_moves: " + std::to_string(need) + " items to send, room for " + std::to_string(have));
 
   // A min-cost flow, source -> senders -> receivers -> sink, by successive shortest paths
-  // (Bellman-Ford: residual edges have negative costs). Each augmentation fills a sender, a
-  // receiver or undoes an edge, so there are at most a few times n^2 of them.
+  // (Bellman-Ford: residual edges have negative costs, the starting ones none, so there is no
+  // negative cycle). Each augmentation moves at least one item, so it ends; in practice each
+  // one fills a sender or a receiver.
   struct edge {
     std::size_t to;
     std::size_t rev;
@@ -102,12 +103,12 @@ std::vector<partition_move> route_moves(const std::vector<std::size_t>& surplus,
   };
   for (std::size_t i = 0; i < n; ++i) {
     if (surplus[i] != 0) add(src, i, surplus[i], 0);
-    if (room[i] != 0) add(n + i, dst, room[i], 0);
+    if (room[i] != 0 && surplus[i] == 0) add(n + i, dst, room[i], 0);
   }
   for (std::size_t i = 0; i < n; ++i) {
     if (surplus[i] == 0) continue;
     for (std::size_t j = 0; j < n; ++j) {
-      if (j != i && room[j] != 0) add(i, n + j, surplus[i], integer_cost(links, i, j));
+      if (j != i && room[j] != 0 && surplus[j] == 0) add(i, n + j, surplus[i], integer_cost(links, i, j));
     }
   }
   constexpr std::int64_t inf = std::numeric_limits<std::int64_t>::max() / 4;
@@ -172,6 +173,17 @@ rebalancer::rebalancer(partition_request request, rebalancer_options options, st
                   std::to_string(request_.devices.size()));
   plan_ = partition(request_, links_ ? &*links_ : nullptr);
   gone_.assign(request_.devices.size(), false);
+  lost_data_.assign(request_.devices.size(), false);
+  // The start readings were taken before the job held anything; the last readings this keeps (for
+  // a step without one) are the GPUs with the job's items in place.
+  if (options_.readings_include_items) {
+    for (std::size_t i = 0; i < plan_.counts.size(); ++i) {
+      if (plan_.counts[i] == 0) continue;
+      auto& d = request_.devices[i];
+      const std::size_t held = plan_.counts[i] * request_.bytes_per_item + d.overhead_bytes;
+      d.free_bytes = d.free_bytes > held ? d.free_bytes - held : 0;
+    }
+  }
 }
 
 rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
@@ -187,12 +199,14 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   // The request as the GPUs are now: usable memory = the reading plus the job's own share.
   partition_request now = request_;
   bool lost_items = false;
+  std::vector<std::size_t> rebuild;  // back, with items whose data went with it
   for (std::size_t i = 0; i < n; ++i) {
     const gpu_reading& r = readings[i];
     partition_device& d = now.devices[i];
     if (!r.present) {
       if (!gone_[i]) out.lost.push_back(i);
       gone_[i] = true;
+      lost_data_[i] = lost_data_[i] || plan_.counts[i] != 0;
       lost_items = lost_items || plan_.counts[i] != 0;
       d.free_bytes = 0;
       d.min_items = 0;
@@ -202,6 +216,7 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
     if (gone_[i]) {
       gone_[i] = false;
       out.notes.push_back(gpu_name(i) + " is back");
+      if (lost_data_[i]) rebuild.push_back(i);
     }
     if (r.free_bytes) {
       request_.devices[i].free_bytes = *r.free_bytes;  // the last reading, for a step without one
@@ -228,7 +243,32 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   } catch (const partition_error& e) {
     pending_ = 0;
     out.notes.push_back(std::string{"no plan fits: "} + e.what());
-    return stay(lost_items ? "a lost GPU's items fit nowhere else now" : "no plan fits the GPUs now");
+    if (lost_items) {
+      std::size_t lost = 0;
+      for (std::size_t i = 0; i < n; ++i) lost += gone_[i] ? plan_.counts[i] : 0;
+      return stay(items_text(lost) + " of lost GPUs fit nowhere else now: they stay lost until room appears or "
+                  "the GPU is back");
+    }
+    return stay("no plan fits the GPUs now");
+  }
+
+  // A GPU that comes back still holding items of the plan lost them with it (no plan could take
+  // them while it was gone): they are rebuilt where they are, now, before anything else.
+  if (!rebuild.empty()) {
+    out.moved = true;
+    out.plan.plan = plan_;
+    out.plan.kept = false;
+    std::size_t total = 0;
+    std::string who;
+    for (const std::size_t i : rebuild) {
+      out.plan.moves.push_back({i, i, plan_.counts[i], "", false, true});
+      total += plan_.counts[i];
+      who += (who.empty() ? "" : ", ") + gpu_name(i);
+      lost_data_[i] = false;
+    }
+    pending_ = 0;
+    out.plan.reason = "rebuilt " + items_text(total) + ": " + who + " came back without the data it held";
+    return out;
   }
 
   // What the readings ask for.
@@ -241,8 +281,10 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   const auto threshold = std::max<std::size_t>(
       1, static_cast<std::size_t>(std::ceil(options_.min_change * static_cast<double>(request_.items))));
   bool large = differ >= threshold;
+  bool slow_gain = false;  // under the throughput policy: a different plan, not a faster enough one
   if (large && !lost_items && request_.policy == partition_policy::throughput) {
     large = candidate.makespan < makespan(plan_.counts, now.devices) * (1.0 - options_.min_change);
+    slow_gain = !large;
   }
   const bool urgent = lost_items || !overflowing.empty();
 
@@ -260,6 +302,14 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   if (!urgent && !large) {
     pending_ = 0;
     if (differ == 0) return stay("the plan matches the GPUs");
+    if (slow_gain) {
+      const double now_ms = makespan(plan_.counts, now.devices);
+      const double gain = now_ms > 0 ? 100.0 * (1.0 - candidate.makespan / now_ms) : 0.0;
+      char text[96];
+      std::snprintf(text, sizeof text, "the best plan is %.1f %% faster, under the %.1f %% that moves", gain,
+                    100.0 * options_.min_change);
+      return stay(text);
+    }
     return stay("the plan from free memory differs by " + items_text(differ) + " (" + percent(differ, request_.items) +
                 "), under the " + percent(threshold, request_.items) + " that moves");
   }
@@ -321,14 +371,23 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
     }
   }
 
-  // Carry the move into the last readings, for a later step that lacks one.
+  // Carry the moves into the last readings, for a later step that lacks one: per GPU, the net
+  // change of its items, and its overhead where it starts or stops holding any.
   if (options_.readings_include_items) {
-    for (const auto& m : moves) {
-      auto& to = request_.devices[m.to];
-      const std::size_t in = m.items * bpi + (plan_.counts[m.to] == 0 ? to.overhead_bytes : 0);
-      to.free_bytes = to.free_bytes > in ? to.free_bytes - in : 0;
-      if (!gone_[m.from]) request_.devices[m.from].free_bytes += m.items * bpi;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (gone_[i] || target[i] == plan_.counts[i]) continue;
+      auto& d = request_.devices[i];
+      const std::size_t was = plan_.counts[i] * bpi + (plan_.counts[i] != 0 ? d.overhead_bytes : 0);
+      const std::size_t will = target[i] * bpi + (target[i] != 0 ? d.overhead_bytes : 0);
+      if (will > was) {
+        d.free_bytes = d.free_bytes > will - was ? d.free_bytes - (will - was) : 0;
+      } else {
+        d.free_bytes += was - will;
+      }
     }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (target[i] == 0) lost_data_[i] = false;  // its lost items live elsewhere now
   }
   for (const auto& m : moves) moved_at_[{m.from, m.to}] = step_;
   pending_ = 0;

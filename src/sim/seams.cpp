@@ -532,15 +532,26 @@ void peer_ops::copy(void* dst, device_id dst_device, const void* src, device_id 
   if (bytes == 0) return;
   for (const auto& [p, d] : {std::pair<const void*, device_id>{dst, dst_device}, {src, src_device}}) {
     if (d.is_host()) continue;
-    machine_->check_alive(machine_->device(d), d);
-    const auto owner = machine_->owner_of(reinterpret_cast<std::uintptr_t>(p));
-    MGM_EXPECTS(owner == d, "peer_ops::copy: " + mgm::detail::describe_address(p) + " is not memory of " +
-                                machine_->describe(d));
+    auto& dev = machine_->device(d);
+    {
+      const std::lock_guard lock{dev.mutex};
+      machine_->check_alive(dev, d);
+    }
+    const auto first = reinterpret_cast<std::uintptr_t>(p);
+    MGM_EXPECTS(machine_->owner_of(first) == d && machine_->owner_of(first + bytes - 1) == d,
+                "peer_ops::copy: " + mgm::detail::describe_address(p) + " + " + std::to_string(bytes) +
+                    " is not memory of " + machine_->describe(d));
   }
   std::memmove(dst, src, bytes);
   const bool gpus = !dst_device.is_host() && !src_device.is_host() && dst_device != src_device;
+  const std::size_t n = machine_->devices.size();
   const std::lock_guard lock{machine_->peer_mutex};
-  if (gpus) (machine_->can_access(dst_device, src_device) ? machine_->peer_copies : machine_->staged_copies) += 1;
+  if (gpus) {
+    // Direct only where peer access is enabled (either way round), as cudaMemcpyPeerAsync.
+    const bool direct = machine_->peer_enabled[dst_device.index() * n + src_device.index()] != 0 ||
+                        machine_->peer_enabled[src_device.index() * n + dst_device.index()] != 0;
+    (direct ? machine_->peer_copies : machine_->staged_copies) += 1;
+  }
   machine_->copied_bytes += bytes;
 }
 

@@ -196,6 +196,7 @@ TEST_CASE("placed_allocator::migrate: the platform's copy, the reserve kept, not
   REQUIRE(placed.location_of(q)->device == device_id{5});
   REQUIRE_FALSE(placed.location_of(p));
   REQUIRE(static_cast<unsigned char*>(q)[8 * MiB - 1] == 0x5A);
+  REQUIRE(m.peers().is_enabled(device_id{5}, device_id{0}));  // enabled for the copy: CUDA copies directly only then
   REQUIRE(m.peers().copies().peer == 1);  // NV18: peer to peer
   REQUIRE(m.peers().copies().staged == 0);
   REQUIRE(placed.statistics().migrations == 1);
@@ -213,6 +214,13 @@ TEST_CASE("placed_allocator::migrate: the platform's copy, the reserve kept, not
   m.faults(device_id{5}).lose_device();
   REQUIRE_THROWS_AS((void)placed.migrate(q, device_id{4}), mgm::cuda_error);
   REQUIRE(placed.location_of(q)->device == device_id{5});
+  // Without peer access enabled, the seam's copy between NVLink peers is staged, as CUDA's is.
+  void* g1 = m.allocator(device_id{1}).allocate(MiB);
+  void* g2 = m.allocator(device_id{2}).allocate(MiB);
+  m.peers().copy(g2, device_id{2}, g1, device_id{1}, MiB, {});
+  REQUIRE(m.peers().copies().staged == 1);
+  m.allocator(device_id{1}).deallocate(g1, MiB);
+  m.allocator(device_id{2}).deallocate(g2, MiB);
   // On GeForce boards (no peer access) the same copy is staged through host memory.
   auto mixed = mgm::sim::machine::preset("pcie-4gpu-mixed");
   mgm::placed_allocator pcie{mixed.links(), [&](device_id d) { return mixed.allocator(d); },

@@ -479,3 +479,119 @@ TEST_CASE("readings_from: the simulator's batch, a lost GPU, a foreign process, 
   REQUIRE_FALSE(reversed[0].present);  // GPU3, lost
   REQUIRE(reversed[3].present);
 }
+
+TEST_CASE("rebalancer: review cases (items lost with no room, a first missing reading, overheads carried)",
+          "[rebalancer]") {
+  // A lost GPU whose items fit nowhere: they stay lost; when it comes back they are rebuilt there.
+  mgm::rebalancer_options o;
+  o.readings_include_items = false;
+  mgm::rebalancer r{job({8 * GiB, 8 * GiB, 8 * GiB}, 24, GiB), o};
+  REQUIRE(r.plan().counts == std::vector<std::size_t>{8, 8, 8});
+  auto now = readings({8 * GiB, 8 * GiB, 8 * GiB});
+  now[2].present = false;
+  const auto nowhere = r.step(now);
+  REQUIRE_FALSE(nowhere.moved);
+  REQUIRE_THAT(nowhere.plan.reason, Catch::Contains("8 items of lost GPUs fit nowhere"));
+  const auto back = r.step(readings({8 * GiB, 8 * GiB, 8 * GiB}));
+  REQUIRE(back.moved);
+  REQUIRE(back.plan.moves.size() == 1);
+  REQUIRE(back.plan.moves[0].from == 2);
+  REQUIRE(back.plan.moves[0].to == 2);
+  REQUIRE(back.plan.moves[0].from_lost);
+  REQUIRE(back.plan.moves[0].items == 8);
+  REQUIRE_FALSE(r.step(readings({8 * GiB, 8 * GiB, 8 * GiB})).moved);
+
+  // Readings that count the job's items: a GPU without a first reading is not given the job's
+  // share twice (the start readings were taken before the items were in place).
+  mgm::rebalancer_options held;
+  held.hold_steps = 1;
+  mgm::rebalancer two{job({40 * GiB, 40 * GiB}, 40, GiB), held};
+  std::vector<mgm::gpu_reading> gpu1_silent{{true, 20 * GiB, std::nullopt}, {true, std::nullopt, std::nullopt}};
+  const auto silent = two.step(gpu1_silent);
+  REQUIRE_FALSE(silent.moved);
+  REQUIRE_THAT(silent.plan.reason, Catch::Contains("matches"));
+
+  // Overheads carried into the last readings: two senders fill a GPU that held nothing; a step
+  // without any reading then sees the same GPUs and keeps the plan exactly.
+  mgm::partition_request with_overhead = job({30 * GiB, 30 * GiB, GiB}, 40, GiB);
+  for (auto& d : with_overhead.devices) d.overhead_bytes = 2 * GiB;
+  mgm::rebalancer three{with_overhead, held};
+  REQUIRE(three.plan().counts[2] == 0);
+  const auto c = three.plan().counts;
+  const auto free_now = [&](std::size_t i, std::size_t total) { return total - c[i] * GiB - (c[i] != 0 ? 2 * GiB : 0); };
+  const auto grew = three.step(readings({free_now(0, 30 * GiB), free_now(1, 30 * GiB), 30 * GiB}));
+  REQUIRE(grew.moved);
+  REQUIRE(grew.plan.moves.size() == 2);  // GPU0 and GPU1 both send to GPU2
+  std::vector<mgm::gpu_reading> none(3, mgm::gpu_reading{true, std::nullopt, std::nullopt});
+  const auto blind = three.step(none);
+  REQUIRE_FALSE(blind.moved);
+  REQUIRE_THAT(blind.plan.reason, Catch::Contains("matches"));
+
+  // The throughput policy: another plan that is not faster says so. GPU0 must hold 500 items and
+  // sets the makespan; GPU1 and GPU2 trade speeds, so their split changes and the makespan not.
+  mgm::partition_request fast = job({80 * GiB, 80 * GiB, 80 * GiB}, 1000, 10 * MiB);
+  fast.policy = mgm::partition_policy::throughput;
+  fast.devices[0].min_items = 500;
+  fast.devices[1].throughput = 10.0;
+  fast.devices[2].throughput = 10.0;
+  mgm::rebalancer_options t;
+  t.readings_include_items = false;
+  t.min_change = 0.2;
+  t.hold_steps = 1;
+  mgm::rebalancer tp{fast, t};
+  std::vector<mgm::gpu_reading> traded{{true, 80 * GiB, 1.0}, {true, 80 * GiB, 1.0}, {true, 80 * GiB, 19.0}};
+  const auto small_gain = tp.step(traded);
+  INFO(small_gain.plan.reason);
+  REQUIRE_FALSE(small_gain.moved);
+  REQUIRE_THAT(small_gain.plan.reason, Catch::Contains("% faster, under the 20.0 %"));
+
+  // rebalance() with fewer items than the previous plan: the surplus beyond the deficits is dropped.
+  const auto first = mgm::partition(job({40 * GiB, 40 * GiB}, 20, GiB));
+  auto fewer = job({40 * GiB, 5 * GiB}, 15, GiB);
+  const auto shrunk = mgm::rebalance(first, fewer);
+  std::size_t sum = 0;
+  for (const auto n : shrunk.plan.counts) sum += n;
+  REQUIRE(sum == 15);
+  // route_moves: a sender's own room does not count.
+  REQUIRE_THROWS_WITH(mgm::route_moves({1, 0}, {1, 0}, nullptr), Catch::Contains("1 items to send, room for 0"));
+}
+
+TEST_CASE("rebalance_driver: plan() shows a change only once its moves are done; stop() from a callback", "[rebalancer]") {
+  mgm::rebalancer_options o;
+  o.hold_steps = 1;
+  o.readings_include_items = false;
+  std::size_t gpu0 = 40 * GiB;
+  const auto read = [&] { return readings({gpu0, 40 * GiB}); };
+  mgm::rebalance_driver* self = nullptr;
+  std::vector<std::size_t> seen_in_callback;
+  mgm::rebalance_driver d{mgm::rebalancer{job({40 * GiB, 40 * GiB}, 40, GiB), o}, read, std::chrono::milliseconds{1},
+                          [&](const mgm::rebalance_decision&) { seen_in_callback = self->plan().counts; }, {}, false};
+  self = &d;
+  gpu0 = 10 * GiB;
+  REQUIRE(d.turn().what == mgm::rebalance_event::kind::moved);
+  REQUIRE(seen_in_callback == std::vector<std::size_t>{20, 20});  // the old plan while the moves ran
+  REQUIRE(d.plan().counts[0] <= 10);
+
+  // A callback that stops its own driver: the loop ends after that turn, nothing aborts.
+  std::atomic<int> calls{0};
+  mgm::rebalance_driver* me = nullptr;
+  std::atomic<bool> ready{false};
+  std::size_t flip = 40 * GiB;
+  mgm::rebalance_driver threaded{mgm::rebalancer{job({40 * GiB, 40 * GiB}, 40, GiB), o},
+                                 [&] {
+                                   flip = flip == 40 * GiB ? 10 * GiB : 40 * GiB;
+                                   return readings({flip, 40 * GiB});
+                                 },
+                                 std::chrono::milliseconds{1},
+                                 [&](const mgm::rebalance_decision&) {
+                                   calls.fetch_add(1);
+                                   while (!ready.load()) std::this_thread::yield();
+                                   me->stop();
+                                 }};
+  me = &threaded;
+  ready.store(true);
+  for (int spin = 0; spin < 5000 && calls.load() == 0; ++spin) std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  std::this_thread::sleep_for(std::chrono::milliseconds{20});
+  REQUIRE(calls.load() == 1);  // stopped after the turn that called back
+  threaded.stop();
+}

@@ -15,7 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <cstdio>
 
 namespace mgm_tool {
@@ -233,16 +235,24 @@ void add_plan(CLI::App& app, context& ctx) {
         r.devices.push_back(d);
         ids.push_back(gpus[i].id());
       }
-      // Each reading asks Prometheus again; a GPU whose series is gone reads as lost.
-      auto read = [co, ids] {
+      // Each reading asks Prometheus again. A GPU whose series is missing has no reading (its last
+      // one stands: a scrape can fail once); missing three readings in a row, it is lost.
+      constexpr int misses_for_lost = 3;
+      auto misses = std::make_shared<std::vector<int>>(ids.size(), 0);
+      auto read = [co, ids, misses] {
         std::string ignored;
         const auto now = read_cluster_gpus(co, ignored);
         std::vector<mgm::gpu_reading> out(ids.size());
         for (std::size_t i = 0; i < ids.size(); ++i) {
-          out[i].present = false;
+          bool seen = false;
           for (const auto& g : now) {
-            if (g.id() == ids[i]) out[i] = {true, g.free_bytes, std::nullopt};
+            if (g.id() == ids[i]) {
+              out[i] = {true, g.free_bytes, std::nullopt};
+              seen = true;
+            }
           }
+          (*misses)[i] = seen ? 0 : (*misses)[i] + 1;
+          out[i].present = seen || (*misses)[i] < misses_for_lost;
         }
         return out;
       };
@@ -253,12 +263,21 @@ void add_plan(CLI::App& app, context& ctx) {
       std::optional<sim_choice> machine;
       std::shared_ptr<mgm::telemetry::source> src = open_source(ctx, machine);
       const auto first = src->sample();
+      // Whole GPUs (MIG instances are planned through Prometheus), in CUDA's order where every GPU
+      // is joined to its CUDA ordinal (the topology's order), else the source's.
+      std::vector<const mgm::telemetry::device_sample*> gpus;
+      for (const auto& s : first) {
+        if (!s.mig) gpus.push_back(&s);
+      }
+      const bool by_ordinal = std::all_of(gpus.begin(), gpus.end(), [](const auto* s) { return s->cuda_ordinal.has_value(); });
+      if (by_ordinal) {
+        std::stable_sort(gpus.begin(), gpus.end(), [](const auto* a, const auto* b) { return *a->cuda_ordinal < *b->cuda_ordinal; });
+      }
       std::vector<std::string> labels;
       std::vector<std::string> keys;
-      for (const auto& s : first) {
-        if (s.mig) continue;  // whole GPUs (MIG instances are planned through Prometheus)
-        labels.push_back("GPU" + std::to_string(s.cuda_ordinal.value_or(s.index)));
-        keys.push_back(s.key());
+      for (const auto* s : gpus) {
+        labels.push_back("GPU" + std::to_string(s->cuda_ordinal.value_or(s->index)));
+        keys.push_back(s->key());
       }
       if (!o->throughput.empty() && o->throughput.size() != labels.size()) {
         throw tool_error{exit_bad_input, "--throughput has " + std::to_string(o->throughput.size()) + " values for " +
@@ -276,8 +295,10 @@ void add_plan(CLI::App& app, context& ctx) {
       std::optional<mgm::topology> links;
       if (machine) {
         links = machine->machine.links();
-      } else if (mgm::device_count() == static_cast<int>(labels.size())) {
-        links = mgm::discover_topology();
+      } else if (by_ordinal && mgm::device_count() == static_cast<int>(labels.size())) {
+        bool dense = true;  // ordinals 0..n-1, one each: the topology's GPUs in the same order
+        for (std::size_t i = 0; i < gpus.size(); ++i) dense = dense && *gpus[i]->cuda_ordinal == static_cast<int>(i);
+        if (dense) links = mgm::discover_topology();
       }
       watch_plan(w, r, labels, links, mgm::rebalance_driver::from_source(src, labels.size(), keys));
       return;

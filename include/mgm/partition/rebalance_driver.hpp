@@ -61,7 +61,8 @@ class rebalance_driver {
  public:
   using reading_function = std::function<std::vector<gpu_reading>()>;
   /// Carries out a decision's moves, before the next reading is taken. Throwing means the moves
-  /// did not happen: the plan goes back to the one before.
+  /// did not happen: the plan stays the one before, so the callback must undo what it did of
+  /// them (all or nothing). `plan()` shows the new plan only once it returns.
   using change_callback = std::function<void(const rebalance_decision&)>;
   /// Every turn, moved or not (logs, `mgm plan --watch`). Its exceptions are caught and ignored.
   using event_callback = std::function<void(const rebalance_event&)>;
@@ -79,7 +80,8 @@ class rebalance_driver {
 
   /// @brief One turn now, on the caller's thread (not while the thread runs).
   rebalance_event turn();
-  /// @brief Stops the thread after its current turn (idempotent).
+  /// @brief Stops the thread after its current turn (idempotent; from a callback it returns at
+  /// once, and the loop ends after that turn).
   void stop() noexcept;
 
   [[nodiscard]] partition_plan plan() const;

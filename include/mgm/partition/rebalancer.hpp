@@ -19,7 +19,9 @@
 /// - *cooldown*: for `cooldown_steps` after items went from GPU a to GPU b, none go back from b
 ///   to a, unless an overflow or a lost GPU forces it;
 /// - *lost*: a GPU whose reading says it is gone: its items are re-placed at once (no hold) and
-///   their moves are marked `from_lost` (the data must be rebuilt: there is nothing to copy).
+///   their moves are marked `from_lost` (the data must be rebuilt: there is nothing to copy). When
+///   no plan can take them they stay counted on it, and if it comes back they are rebuilt there:
+///   a move from the GPU to itself, `from_lost`, before anything else.
 ///
 /// What a move never does: make a GPU go over its memory. A GPU either sends or receives in one
 /// decision, never both, and what it receives fits in its free memory above its reserve while the
@@ -80,7 +82,7 @@ struct rebalance_decision {
 [[nodiscard]] bool has_peer_path(const topology& links, std::size_t from, std::size_t to);
 
 /// @brief Sends every `surplus[i]` item to GPUs with `room[j]` at the least total cost (a
-/// min-cost flow; `room` bounds what each GPU takes). Without `links` every route costs the same
+/// min-cost flow; `room` bounds what each GPU takes; a sender's own room is not used). Without `links` every route costs the same
 /// and the sends follow GPU order. Moves carry nvidia-smi's label of their route, and `via host`
 /// where the route has no peer path. @throws mgm::logic_error when the room is short of the surplus.
 [[nodiscard]] std::vector<partition_move> route_moves(const std::vector<std::size_t>& surplus,
@@ -117,6 +119,7 @@ class rebalancer {
   std::size_t pending_{0};                                     // readings in a row that asked for a move
   std::vector<std::size_t> pending_target_;                    // the plan they asked for
   std::vector<bool> gone_;
+  std::vector<bool> lost_data_;  // gone while it held items, which no plan has placed elsewhere yet
   std::map<std::pair<std::size_t, std::size_t>, std::uint64_t> moved_at_;  // (from, to) -> step
 };
 

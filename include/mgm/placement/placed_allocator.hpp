@@ -127,7 +127,8 @@ class placed_allocator {
   }
 
   /// @brief Moves spilled buffers whose reader has room again back to it; returns what moved.
-  /// The copies run on `stream` and are done when it returns.
+  /// The copies run on `stream` and are done when it returns (the allocator's lock is held
+  /// meanwhile: other allocations wait for them).
   std::vector<moved_buffer> rebalance(stream_ref stream = {}) {
     const std::lock_guard lock{mutex_};
     std::vector<moved_buffer> moved;
@@ -161,7 +162,9 @@ class placed_allocator {
 
   /// @brief Moves the buffer `p` to GPU `to`, which reads it from now on (a rebalancer's move):
   /// memory on `to` above its reserve, the platform's copy on `stream`, the old memory freed.
-  /// Returns the new address (`p` itself when it is on `to` already).
+  /// Returns the new address (`p` itself when it is on `to` already). Peer access from `to` to the
+  /// buffer's GPU is enabled first where the pair allows it; the allocator's lock is held during
+  /// the copy.
   /// @throws mgm::out_of_memory when `to` has no room above its reserve; mgm::logic_error for a
   /// pointer this allocator did not place. Either way nothing changed.
   [[nodiscard]] void* migrate(void* p, device_id to, stream_ref stream = {}) {
@@ -174,6 +177,7 @@ class placed_allocator {
       it->second.reader = to;
       return p;
     }
+    live_.reserve(live_.size() + 1);  // the re-keyed entry below then needs no allocation
     void* fresh = allocate_within_reserve(to, e.bytes);
     if (fresh == nullptr) {
       throw out_of_memory{"placed_allocator::migrate: GPU" + std::to_string(to.value()) + " has no room for " +
@@ -186,9 +190,11 @@ class placed_allocator {
       pools_.pool(to).deallocate(fresh, e.bytes);
       throw;
     }
+    auto node = live_.extract(it);
+    node.key() = fresh;
+    node.mapped() = placed{{to, links_.gpu(to).numa_node}, to, e.bytes};
+    live_.insert(std::move(node));
     release(e, p, e.bytes);
-    live_.erase(it);
-    live_.emplace(fresh, placed{{to, links_.gpu(to).numa_node}, to, e.bytes});
     ++stats_.migrations;
     return fresh;
   }
@@ -223,12 +229,15 @@ class placed_allocator {
     std::size_t bytes;
   };
 
+  // The platform's copy, peer to peer where the pair can be connected: CUDA copies between GPUs
+  // directly only once peer access is enabled (else it stages through host memory).
   void copy(void* dst, device_id dst_device, const void* src, device_id src_device, std::size_t bytes, stream_ref stream) {
     if (copy_) {
       copy_(dst, src, bytes);
-    } else {
-      peers_.copy(dst, dst_device, src, src_device, bytes, stream);
+      return;
     }
+    if (!dst_device.is_host() && !src_device.is_host() && dst_device != src_device) (void)peers_.ensure(dst_device, src_device);
+    peers_.copy(dst, dst_device, src, src_device, bytes, stream);
   }
 
   // Free memory above the reserve, as the pool sees it: its upstream's free bytes plus what it

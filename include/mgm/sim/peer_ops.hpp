@@ -33,8 +33,9 @@ class peer_ops {
   void enable(device_id accessor, device_id owner);
   void disable(device_id accessor, device_id owner);
   /// @brief `cudaMemcpyPeerAsync` (between GPUs) or `cudaMemcpyAsync` (with host memory):
-  /// a `memcpy` here, done when it returns. A copy between GPUs without a peer path (`SYS`, a
-  /// board without PCIe peers) is counted as staged through host memory, as CUDA stages it.
+  /// a `memcpy` here, done when it returns. A copy between GPUs whose peer access is not enabled
+  /// (either way round; never possible across `SYS` or on boards without PCIe peers) is counted
+  /// as staged through host memory, as CUDA stages it.
   /// @throws mgm::cuda_error when either GPU is lost; mgm::logic_error when a pointer is not in
   /// the memory of the device it is said to be on.
   void copy(void* dst, device_id dst_device, const void* src, device_id src_device, std::size_t bytes, stream_ref stream);
