@@ -9,7 +9,7 @@ foreach(layer IN LISTS MGM_LAYERS)
   list(APPEND MGM_LAYER_TARGETS mgm_${layer})
 endforeach()
 install(
-  TARGETS multigpumem ${MGM_LAYER_TARGETS}
+  TARGETS multigpumem ${MGM_LAYER_TARGETS} multigpumem_c
   EXPORT MultiGpuMemTargets
   ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}"
   LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"

@@ -16,6 +16,8 @@ namespace mgm {
 /// `parse_bytes` reads them: `round`, `small_request`, `small_segment`, `large_segment`,
 /// `large_direct`, `segment_round`, `max_split_size` (also PyTorch's `max_split_size_mb`, a
 /// number of MiB), `release_threshold`, `map_chunk`, `expandable_segments` and `check_invariants` (`True`/`False`).
+/// The other keys of `PYTORCH_CUDA_ALLOC_CONF` (`garbage_collection_threshold`,
+/// `roundup_power2_divisions`, `backend`, ...) are refused by name, each with the reason.
 struct pool_options {
   static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 

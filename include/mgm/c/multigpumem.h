@@ -1,0 +1,107 @@
+/* MultiGpuMem's C ABI: the caching pool of every GPU of the process, for frameworks that take an
+ * external allocator through C function pointers (PyTorch's CUDAPluggableAllocator, CuPy's
+ * CFunctionAllocator, a Numba EMM plugin through ctypes) and for C programs.
+ *
+ * libmultigpumem_c.so (SONAME libmultigpumem_c.so.1; CMake: MultiGpuMem::c) runs one
+ * multi_device_pool per process. A device's pool is made on its first use, with the options of
+ * MGM_ALLOC_CONF (the keys of PYTORCH_CUDA_ALLOC_CONF it can honour are accepted; the others are
+ * refused by name, with the reason, and every call then fails with that message).
+ * With MGM_C_SIM=PRESET (a simulated machine's preset or device list, as `mgm --sim` reads it)
+ * the pools run on the simulator, judged by its oracle: for tests, and machines without a GPU.
+ *
+ * Errors: every function but mgm_torch_alloc never throws. One that fails returns NULL (or -1)
+ * and sets mgm_last_error(), a message of the calling thread, valid until its next failing call.
+ * Strings returned by mgm_stats_json, mgm_snapshot_json and mgm_config live in a buffer of the
+ * calling thread until its next call of the same function.
+ *
+ * Size 0: an allocation of 0 bytes returns NULL and is no error (mgm_last_error() is not set);
+ * freeing NULL does nothing. PyTorch's caching allocator hands out no memory for empty tensors
+ * either, and CuPy treats a zero-size allocation as a null pointer.
+ *
+ * Streams are cudaStream_t values passed as void* (NULL: the legacy default stream); on the
+ * simulator, a stream of mgm_sim_create_stream. */
+#ifndef MGM_C_MULTIGPUMEM_H
+#define MGM_C_MULTIGPUMEM_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MGM_C_API __attribute__((visibility("default")))
+#else
+#define MGM_C_API
+#endif
+
+/* The ABI this header describes; mgm_abi_version() says what the loaded library has. */
+#define MGM_ABI_VERSION 1
+
+/* cudaStream_t's type, without the CUDA headers (the same pointer). */
+struct CUstream_st;
+typedef struct CUstream_st* mgm_stream_t;
+
+MGM_C_API int mgm_abi_version(void);
+/* The calling thread's last error; "" when none. */
+MGM_C_API const char* mgm_last_error(void);
+/* The GPUs the pools run on (simulated ones under MGM_C_SIM); -1 when the library cannot start. */
+MGM_C_API int mgm_device_count(void);
+/* The pool options in effect, as MGM_ALLOC_CONF text, plus "sim=PRESET" under the simulator. */
+MGM_C_API const char* mgm_config(void);
+
+/* Stream-ordered memory of `device`'s pool: usable by work on `stream` at once, by other streams
+ * after they synchronise with it. NULL on failure (out of memory, a bad device, a memory fraction
+ * reached), with mgm_last_error() naming the figures. */
+MGM_C_API void* mgm_alloc_async(size_t size, int device, void* stream);
+/* Returns `ptr` (of `size` bytes, from `device`) for reuse in `stream`'s order. A pointer the pool
+ * did not hand out (a double free) is logged and changes nothing. */
+MGM_C_API void mgm_free_async(void* ptr, size_t size, int device, void* stream);
+/* `ptr` is also used on `stream`: it is reused only after the work enqueued there by its free has
+ * completed. 0, or -1 when no pool holds `ptr`. */
+MGM_C_API int mgm_record_stream(void* ptr, void* stream);
+/* Gives every pool's idle memory back to the driver; returns the bytes released. */
+MGM_C_API size_t mgm_empty_cache(void);
+/* Caps `device`'s pool at `fraction` of the device's memory (0 < fraction <= 1): an allocation
+ * that would take the pool's reserved memory past it fails (after the pool gave back its idle
+ * memory). 0, or -1 for a bad fraction or device. */
+MGM_C_API int mgm_set_memory_fraction(double fraction, int device);
+/* `device`'s pool statistics as JSON, in torch.cuda.memory_stats()'s flat keys
+ * ("allocated_bytes.all.current", ...) plus "mgm.*" keys; NULL on failure. */
+MGM_C_API const char* mgm_stats_json(int device);
+/* `device`'s pool as torch.cuda.memory._snapshot() has it ({"segments": [...], "device_traces":
+ * [...]}, the format memory_viz reads once pickled); NULL on failure. */
+MGM_C_API const char* mgm_snapshot_json(int device);
+/* Simulator only (MGM_C_SIM): a new stream on `device`; NULL otherwise. */
+MGM_C_API void* mgm_sim_create_stream(int device);
+/* Simulator only: begin and end a graph capture on a stream of mgm_sim_create_stream, as
+ * torch.cuda.graph does (allocations during it come from the capture's private pool). 0, or -1. */
+MGM_C_API int mgm_sim_begin_capture(void* stream);
+MGM_C_API int mgm_sim_end_capture(void* stream);
+
+/* PyTorch's CUDAPluggableAllocator (torch.cuda.memory.change_current_allocator). The signatures
+ * are those PyTorch casts the pointers to: the free takes the device, whatever its docstring says.
+ *
+ * mgm_torch_alloc THROWS: PyTorch does not check a null return under change_current_allocator,
+ * so a failure throws mgm::out_of_memory (a std::bad_alloc; a bad device: mgm::logic_error) with
+ * the pool's message, which PyTorch turns into a Python exception. It is the one entry point that
+ * throws, and must be called from C++ (as PyTorch does). */
+MGM_C_API void* mgm_torch_alloc(size_t size, int device, mgm_stream_t stream);
+MGM_C_API void mgm_torch_free(void* ptr, size_t size, int device, mgm_stream_t stream);
+/* set_init_fn: PyTorch may call it before any setting is made; the pools start lazily anyway. */
+MGM_C_API void mgm_torch_init(int device_count);
+/* set_reset_fn: torch.cuda.empty_cache(). */
+MGM_C_API void mgm_torch_empty_cache(void);
+/* set_memory_fraction_fn: torch.cuda.set_per_process_memory_fraction(fraction, device). */
+MGM_C_API void mgm_torch_set_memory_fraction(double fraction, int device);
+/* set_record_stream_fn: Tensor.record_stream(stream). */
+MGM_C_API void mgm_torch_record_stream(void* ptr, mgm_stream_t stream);
+/* set_base_alloc_fn: the allocation `ptr` lies in and its size (the pointer itself: each tensor's
+ * memory is its own block). */
+MGM_C_API void* mgm_torch_base_alloc(void* ptr, size_t* size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MGM_C_MULTIGPUMEM_H */

@@ -1,0 +1,457 @@
+// The C ABI (include/mgm/c/multigpumem.h): one multi_device_pool per process, on CUDA or on the
+// simulator (MGM_C_SIM), and the PyTorch hooks over it. Nothing but mgm_torch_alloc throws.
+#include <mgm/c/multigpumem.h>
+
+#include <mgm/allocators/cuda_allocator.hpp>
+#include <mgm/bytes.hpp>
+#include <mgm/device.hpp>
+#include <mgm/error.hpp>
+#include <mgm/log.hpp>
+#include <mgm/pool/multi_device_pool.hpp>
+#include <mgm/pool/pool_options.hpp>
+#include <mgm/sim/judged.hpp>
+#include <mgm/sim/machine.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+thread_local std::string t_error;
+
+void set_error(std::string what) { t_error = std::move(what); }
+
+constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+
+// The pools, whatever their platform.
+class backend {
+ public:
+  virtual ~backend() = default;
+  [[nodiscard]] virtual int device_count() const = 0;
+  [[nodiscard]] virtual void* allocate(int device, std::size_t bytes, mgm::stream_ref s) = 0;
+  virtual void deallocate(int device, void* p, std::size_t bytes, mgm::stream_ref s) noexcept = 0;
+  virtual bool record_stream(void* p, mgm::stream_ref s) = 0;  // false: no pool holds p
+  virtual std::size_t release(int device) = 0;
+  [[nodiscard]] virtual bool has_pool(int device) const = 0;
+  [[nodiscard]] virtual mgm::pool_statistics statistics(int device) = 0;
+  [[nodiscard]] virtual mgm::pool_snapshot snapshot(int device) = 0;
+  [[nodiscard]] virtual std::size_t total_bytes(int device) const = 0;
+  [[nodiscard]] virtual void* create_stream(int device) = 0;
+  virtual int capture(void* stream, bool begin) = 0;
+  [[nodiscard]] virtual std::string describe() const = 0;
+};
+
+template <class Upstream>
+class pool_backend final : public backend {
+ public:
+  using pools_type = mgm::multi_device_pool<Upstream, true>;
+
+  pool_backend(int n, typename pools_type::upstream_factory make, mgm::pool_options o, mgm::sim::machine* machine)
+      : pools_{n, std::move(make), o}, machine_{machine}, options_{std::move(o)} {}
+
+  int device_count() const override { return pools_.device_count(); }
+  void* allocate(int device, std::size_t bytes, mgm::stream_ref s) override {
+    auto& pool = pools_.pool(mgm::device_id{device});
+    if (machine_ != nullptr) return mgm::sim::judged{*machine_, pool}.allocate_async(bytes, mgm::cuda_allocation_alignment, s);
+    return pool.allocate_async(bytes, mgm::cuda_allocation_alignment, s);
+  }
+  void deallocate(int device, void* p, std::size_t bytes, mgm::stream_ref s) noexcept override {
+    auto& pool = pools_.pool(mgm::device_id{device});
+    if (machine_ != nullptr) {
+      mgm::sim::judged{*machine_, pool}.deallocate_async(p, bytes, mgm::cuda_allocation_alignment, s);
+    } else {
+      pool.deallocate_async(p, bytes, mgm::cuda_allocation_alignment, s);
+    }
+  }
+  bool record_stream(void* p, mgm::stream_ref s) override {
+    for (int d = 0; d < pools_.device_count(); ++d) {
+      if (!pools_.has_pool(mgm::device_id{d})) continue;
+      auto& pool = pools_.pool(mgm::device_id{d});
+      try {
+        if (machine_ != nullptr) {
+          mgm::sim::judged{*machine_, pool}.record_stream(p, s);
+        } else {
+          pool.record_stream(p, s);
+        }
+        return true;
+      } catch (const mgm::logic_error&) {
+        // not this pool's pointer
+      }
+    }
+    return false;
+  }
+  std::size_t release(int device) override { return pools_.pool(mgm::device_id{device}).release(); }
+  bool has_pool(int device) const override { return pools_.has_pool(mgm::device_id{device}); }
+  mgm::pool_statistics statistics(int device) override { return pools_.pool(mgm::device_id{device}).statistics(); }
+  mgm::pool_snapshot snapshot(int device) override { return pools_.pool(mgm::device_id{device}).snapshot(); }
+  std::size_t total_bytes(int device) const override {
+    if (machine_ != nullptr) return machine_->memory(mgm::device_id{device}).total_bytes;
+    return mgm::memory_info(mgm::device_id{device}).total_bytes;
+  }
+  void* create_stream(int device) override {
+    if (machine_ == nullptr) {
+      set_error("mgm_sim_create_stream: the library runs on CUDA (MGM_C_SIM is not set); create streams with CUDA");
+      return nullptr;
+    }
+    return machine_->create_stream(mgm::device_id{device}).get();
+  }
+  int capture(void* stream, bool begin) override {
+    if (machine_ == nullptr) {
+      set_error("mgm_sim_begin_capture / mgm_sim_end_capture: the library runs on CUDA (MGM_C_SIM is not set)");
+      return -1;
+    }
+    const mgm::stream_ref s{static_cast<cudaStream_t>(stream)};
+    if (begin) {
+      machine_->begin_capture(s);
+    } else {
+      (void)machine_->end_capture(s);  // the graph is not launched: its memory stays the capture's
+    }
+    return 0;
+  }
+  std::string describe() const override { return options_.to_string(); }
+
+ private:
+  pools_type pools_;
+  mgm::sim::machine* machine_;
+  mgm::pool_options options_;
+};
+
+// The process's pools, made on the first call.
+struct state {
+  std::string failure;  // why the library cannot run (a bad MGM_ALLOC_CONF, a bad MGM_C_SIM)
+  std::optional<mgm::sim::machine> machine;
+  std::string sim_name;
+  std::unique_ptr<backend> pools;
+  std::vector<std::atomic<std::size_t>> caps;  // bytes per device, from the memory fraction
+  std::vector<std::atomic<double>> fractions;
+
+  state() {
+    try {
+      const mgm::pool_options o = mgm::pool_options::from_env();
+      const char* sim = std::getenv("MGM_C_SIM");
+      if (sim != nullptr && *sim != '\0') {
+        sim_name = sim;
+        machine.emplace(mgm::sim::machine::from_string(sim));
+        auto* m = &*machine;
+        pools = std::make_unique<pool_backend<mgm::sim::device_allocator>>(
+            m->device_count(), [m](mgm::device_id d) { return m->allocator(d); }, o, m);
+      } else {
+        pools = std::make_unique<pool_backend<mgm::cuda_allocator>>(
+            mgm::device_count(), [](mgm::device_id d) { return mgm::cuda_allocator{d}; }, o, nullptr);
+      }
+      caps = std::vector<std::atomic<std::size_t>>(static_cast<std::size_t>(pools->device_count()));
+      fractions = std::vector<std::atomic<double>>(static_cast<std::size_t>(pools->device_count()));
+      for (auto& c : caps) c.store(unlimited);
+      for (auto& f : fractions) f.store(1.0);
+    } catch (const std::exception& e) {
+      failure = std::string{"libmultigpumem_c cannot start: "} + e.what();
+      pools.reset();
+    }
+  }
+};
+
+state& the_state() {
+  static state s;
+  return s;
+}
+
+// The state when it runs, else nullptr with the error set.
+state* running() {
+  state& s = the_state();
+  if (s.pools == nullptr) {
+    set_error(s.failure);
+    return nullptr;
+  }
+  return &s;
+}
+
+bool valid_device(const state& s, int device, const char* who) {
+  if (device >= 0 && device < s.pools->device_count()) return true;
+  set_error(std::string{who} + ": device " + std::to_string(device) + " is not one of the " +
+            std::to_string(s.pools->device_count()) + " devices this process sees" +
+            (s.sim_name.empty() ? "" : " (simulated machine " + s.sim_name + ")"));
+  return false;
+}
+
+std::string describe_bytes(std::size_t n) { return mgm::detail::describe_bytes(n); }
+
+// An allocation, or an exception: the shared path of mgm_alloc_async and mgm_torch_alloc.
+void* allocate_or_throw(state& s, std::size_t size, int device, mgm::stream_ref stream) {
+  const auto d = static_cast<std::size_t>(device);
+  const std::size_t cap = s.caps[d].load(std::memory_order_relaxed);
+  if (cap == unlimited) return s.pools->allocate(device, size, stream);
+  const auto over = [&] {
+    return static_cast<std::size_t>(s.pools->statistics(device).reserved_bytes.current) > cap;
+  };
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    void* p = s.pools->allocate(device, size, stream);
+    if (!over()) return p;
+    s.pools->deallocate(device, p, size, stream);
+    (void)s.pools->release(device);
+  }
+  const auto st = s.pools->statistics(device);
+  throw mgm::out_of_memory{"GPU" + std::to_string(device) + ": " + describe_bytes(size) + " would take the pool past its " +
+                               "memory fraction " + std::to_string(s.fractions[d].load()) + " (" + describe_bytes(cap) +
+                               " of " + describe_bytes(s.pools->total_bytes(device)) + "); it holds " +
+                               describe_bytes(static_cast<std::size_t>(st.reserved_bytes.current)) + ", " +
+                               describe_bytes(static_cast<std::size_t>(st.allocated_bytes.current)) + " of it in use",
+                           size};
+}
+
+nlohmann::ordered_json stats_object(const mgm::pool_statistics& st) {
+  nlohmann::ordered_json j;
+  const auto put = [&](const char* name, const mgm::stat& v) {
+    const std::string base = std::string{name} + ".all.";
+    j[base + "current"] = v.current;
+    j[base + "peak"] = v.peak;
+    j[base + "allocated"] = v.total;
+    j[base + "freed"] = v.total - static_cast<std::uint64_t>(v.current);
+  };
+  put("allocated_bytes", st.allocated_bytes);
+  put("reserved_bytes", st.reserved_bytes);
+  put("active_bytes", st.active_bytes);
+  put("inactive_split_bytes", st.inactive_split_bytes);
+  put("requested_bytes", st.requested_bytes);
+  put("allocation", st.allocations);
+  put("segment", st.segments);
+  j["num_alloc_retries"] = st.oom_retries;
+  j["num_ooms"] = st.ooms;
+  j["num_device_alloc"] = st.upstream_allocations;
+  j["num_device_free"] = st.upstream_frees;
+  j["mgm.cache_hits"] = st.cache_hits;
+  j["mgm.cache_misses"] = st.cache_misses;
+  j["mgm.stream_steals"] = st.stream_steals;
+  return j;
+}
+
+nlohmann::ordered_json snapshot_object(const mgm::pool_snapshot& snap, int devices) {
+  using state_type = mgm::block_snapshot::state_type;
+  nlohmann::ordered_json segments = nlohmann::ordered_json::array();
+  for (const auto& seg : snap.segments) {
+    nlohmann::ordered_json blocks = nlohmann::ordered_json::array();
+    std::size_t total = 0;
+    std::size_t allocated = 0;
+    std::size_t active = 0;
+    std::size_t requested = 0;
+    std::uintptr_t stream = 0;
+    for (const auto& b : seg.blocks) {
+      if (b.state == state_type::unmapped) continue;  // address space of an expandable segment, no memory
+      total += b.size;
+      const char* st = "inactive";
+      if (b.state == state_type::allocated) {
+        st = "active_allocated";
+        allocated += b.size;
+        active += b.size;
+        requested += b.requested;
+      } else if (b.state == state_type::pending) {
+        st = "active_pending_free";
+        active += b.size;
+      }
+      stream = b.stream;
+      blocks.push_back({{"address", b.address}, {"size", b.size}, {"requested_size", b.requested}, {"state", st},
+                        {"frames", nlohmann::ordered_json::array()}});
+    }
+    segments.push_back({{"device", snap.device}, {"address", seg.address}, {"total_size", total},
+                        {"allocated_size", allocated}, {"active_size", active}, {"requested_size", requested},
+                        {"stream", stream}, {"segment_type", seg.small ? "small" : "large"},
+                        {"segment_pool_id", {0, 0}}, {"is_expandable", seg.expandable},
+                        {"frames", nlohmann::ordered_json::array()}, {"blocks", std::move(blocks)}});
+  }
+  nlohmann::ordered_json traces = nlohmann::ordered_json::array();
+  for (int d = 0; d < devices; ++d) traces.push_back(nlohmann::ordered_json::array());
+  return {{"segments", std::move(segments)}, {"device_traces", std::move(traces)}};
+}
+
+template <class F>
+auto guarded(const char* who, F&& f, decltype(f()) on_error) noexcept -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    set_error(std::string{who} + ": " + e.what());
+  } catch (...) {
+    set_error(std::string{who} + ": an unknown exception");
+  }
+  return on_error;
+}
+
+}  // namespace
+
+extern "C" {
+
+MGM_C_API int mgm_abi_version(void) { return MGM_ABI_VERSION; }
+
+MGM_C_API const char* mgm_last_error(void) { return t_error.c_str(); }
+
+MGM_C_API int mgm_device_count(void) {
+  state* s = running();
+  return s == nullptr ? -1 : s->pools->device_count();
+}
+
+MGM_C_API const char* mgm_config(void) {
+  thread_local std::string out;
+  state* s = running();
+  if (s == nullptr) return nullptr;
+  out = s->pools->describe() + (s->sim_name.empty() ? "" : ",sim=" + s->sim_name);
+  return out.c_str();
+}
+
+MGM_C_API void* mgm_alloc_async(size_t size, int device, void* stream) {
+  state* s = running();
+  if (s == nullptr || !valid_device(*s, device, "mgm_alloc_async")) return nullptr;
+  if (size == 0) return nullptr;
+  return guarded(
+      "mgm_alloc_async", [&] { return allocate_or_throw(*s, size, device, mgm::stream_ref{static_cast<cudaStream_t>(stream)}); },
+      static_cast<void*>(nullptr));
+}
+
+MGM_C_API void mgm_free_async(void* ptr, size_t size, int device, void* stream) {
+  if (ptr == nullptr) return;
+  state* s = running();
+  if (s == nullptr) return;
+  if (!valid_device(*s, device, "mgm_free_async")) {
+    mgm::log(mgm::log_level::error, t_error + "; the pointer was not freed");
+    return;
+  }
+  s->pools->deallocate(device, ptr, size, mgm::stream_ref{static_cast<cudaStream_t>(stream)});
+}
+
+MGM_C_API int mgm_record_stream(void* ptr, void* stream) {
+  state* s = running();
+  if (s == nullptr) return -1;
+  return guarded(
+      "mgm_record_stream",
+      [&] {
+        if (s->pools->record_stream(ptr, mgm::stream_ref{static_cast<cudaStream_t>(stream)})) return 0;
+        set_error("mgm_record_stream: no pool holds " + mgm::detail::describe_address(ptr));
+        return -1;
+      },
+      -1);
+}
+
+MGM_C_API size_t mgm_empty_cache(void) {
+  state* s = running();
+  if (s == nullptr) return 0;
+  return guarded(
+      "mgm_empty_cache",
+      [&] {
+        std::size_t n = 0;
+        for (int d = 0; d < s->pools->device_count(); ++d) {
+          if (s->pools->has_pool(d)) n += s->pools->release(d);
+        }
+        return n;
+      },
+      std::size_t{0});
+}
+
+MGM_C_API int mgm_set_memory_fraction(double fraction, int device) {
+  state* s = running();
+  if (s == nullptr || !valid_device(*s, device, "mgm_set_memory_fraction")) return -1;
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    set_error("mgm_set_memory_fraction: " + std::to_string(fraction) + " is not in (0, 1]");
+    return -1;
+  }
+  return guarded(
+      "mgm_set_memory_fraction",
+      [&] {
+        const auto d = static_cast<std::size_t>(device);
+        const double total = static_cast<double>(s->pools->total_bytes(device));
+        s->fractions[d].store(fraction);
+        s->caps[d].store(fraction >= 1.0 ? unlimited : static_cast<std::size_t>(fraction * total));
+        return 0;
+      },
+      -1);
+}
+
+MGM_C_API const char* mgm_stats_json(int device) {
+  thread_local std::string out;
+  state* s = running();
+  if (s == nullptr || !valid_device(*s, device, "mgm_stats_json")) return nullptr;
+  return guarded(
+      "mgm_stats_json",
+      [&]() -> const char* {
+        out = stats_object(s->pools->statistics(device)).dump();
+        return out.c_str();
+      },
+      static_cast<const char*>(nullptr));
+}
+
+MGM_C_API const char* mgm_snapshot_json(int device) {
+  thread_local std::string out;
+  state* s = running();
+  if (s == nullptr || !valid_device(*s, device, "mgm_snapshot_json")) return nullptr;
+  return guarded(
+      "mgm_snapshot_json",
+      [&]() -> const char* {
+        out = snapshot_object(s->pools->snapshot(device), s->pools->device_count()).dump();
+        return out.c_str();
+      },
+      static_cast<const char*>(nullptr));
+}
+
+MGM_C_API void* mgm_sim_create_stream(int device) {
+  state* s = running();
+  if (s == nullptr || !valid_device(*s, device, "mgm_sim_create_stream")) return nullptr;
+  return guarded("mgm_sim_create_stream", [&] { return s->pools->create_stream(device); }, static_cast<void*>(nullptr));
+}
+
+MGM_C_API int mgm_sim_begin_capture(void* stream) {
+  state* s = running();
+  if (s == nullptr) return -1;
+  return guarded("mgm_sim_begin_capture", [&] { return s->pools->capture(stream, true); }, -1);
+}
+
+MGM_C_API int mgm_sim_end_capture(void* stream) {
+  state* s = running();
+  if (s == nullptr) return -1;
+  return guarded("mgm_sim_end_capture", [&] { return s->pools->capture(stream, false); }, -1);
+}
+
+// ---- PyTorch ----------------------------------------------------------------------------------
+
+MGM_C_API void* mgm_torch_alloc(size_t size, int device, mgm_stream_t stream) {
+  state* s = running();
+  if (s == nullptr) throw mgm::logic_error{t_error};
+  if (!valid_device(*s, device, "mgm_torch_alloc")) throw mgm::logic_error{t_error};
+  if (size == 0) return nullptr;
+  try {
+    return allocate_or_throw(*s, size, device, mgm::stream_ref{reinterpret_cast<cudaStream_t>(stream)});
+  } catch (const std::exception& e) {
+    set_error(std::string{"mgm_torch_alloc: "} + e.what());
+    throw;
+  }
+}
+
+MGM_C_API void mgm_torch_free(void* ptr, size_t size, int device, mgm_stream_t stream) {
+  mgm_free_async(ptr, size, device, stream);
+}
+
+MGM_C_API void mgm_torch_init(int device_count) {
+  (void)device_count;  // PyTorch may pass 0 before it knows; the pools start on their first use
+  (void)running();
+}
+
+MGM_C_API void mgm_torch_empty_cache(void) { (void)mgm_empty_cache(); }
+
+MGM_C_API void mgm_torch_set_memory_fraction(double fraction, int device) {
+  if (mgm_set_memory_fraction(fraction, device) != 0) mgm::log(mgm::log_level::error, t_error);
+}
+
+MGM_C_API void mgm_torch_record_stream(void* ptr, mgm_stream_t stream) {
+  if (mgm_record_stream(ptr, stream) != 0) mgm::log(mgm::log_level::error, t_error);
+}
+
+MGM_C_API void* mgm_torch_base_alloc(void* ptr, size_t* size) {
+  (void)size;  // each tensor's memory is a block of its own: the base is the pointer, its size unchanged
+  return ptr;
+}
+
+}  // extern "C"

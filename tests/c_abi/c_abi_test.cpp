@@ -1,0 +1,317 @@
+// The C ABI as the frameworks call it: libmultigpumem_c.so opened with dlopen, its functions
+// found with dlsym, on the simulator (MGM_C_SIM=dgx-h100) under its oracle. Each case that needs
+// a fresh library state (another MGM_ALLOC_CONF) runs in a child process.
+#include <mgm/c/multigpumem.h>
+#include <mgm/error.hpp>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <cstdlib>
+#include <new>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+constexpr std::size_t GiB = std::size_t{1} << 30;
+
+// The library's functions, by name, as PyTorch and ctypes find them.
+struct c_abi {
+  void* handle{nullptr};
+  template <class F>
+  F* get(const char* name) const {
+    void* f = dlsym(handle, name);
+    REQUIRE(f != nullptr);
+    return reinterpret_cast<F*>(f);
+  }
+  decltype(&mgm_abi_version) abi_version{};
+  decltype(&mgm_last_error) last_error{};
+  decltype(&mgm_device_count) device_count{};
+  decltype(&mgm_config) config{};
+  decltype(&mgm_alloc_async) alloc{};
+  decltype(&mgm_free_async) free{};
+  decltype(&mgm_record_stream) record_stream{};
+  decltype(&mgm_empty_cache) empty_cache{};
+  decltype(&mgm_set_memory_fraction) set_fraction{};
+  decltype(&mgm_stats_json) stats{};
+  decltype(&mgm_snapshot_json) snapshot{};
+  decltype(&mgm_sim_create_stream) create_stream{};
+  decltype(&mgm_sim_begin_capture) begin_capture{};
+  decltype(&mgm_sim_end_capture) end_capture{};
+  decltype(&mgm_torch_alloc) torch_alloc{};
+  decltype(&mgm_torch_free) torch_free{};
+  decltype(&mgm_torch_record_stream) torch_record_stream{};
+  decltype(&mgm_torch_base_alloc) torch_base_alloc{};
+};
+
+c_abi open_library(const char* sim = "dgx-h100") {
+  ::setenv("MGM_C_SIM", sim, 1);
+  c_abi c;
+  c.handle = dlopen(MGM_C_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+  INFO(dlerror());
+  REQUIRE(c.handle != nullptr);
+  c.abi_version = c.get<int()>("mgm_abi_version");
+  c.last_error = c.get<const char*()>("mgm_last_error");
+  c.device_count = c.get<int()>("mgm_device_count");
+  c.config = c.get<const char*()>("mgm_config");
+  c.alloc = c.get<void*(size_t, int, void*)>("mgm_alloc_async");
+  c.free = c.get<void(void*, size_t, int, void*)>("mgm_free_async");
+  c.record_stream = c.get<int(void*, void*)>("mgm_record_stream");
+  c.empty_cache = c.get<size_t()>("mgm_empty_cache");
+  c.set_fraction = c.get<int(double, int)>("mgm_set_memory_fraction");
+  c.stats = c.get<const char*(int)>("mgm_stats_json");
+  c.snapshot = c.get<const char*(int)>("mgm_snapshot_json");
+  c.create_stream = c.get<void*(int)>("mgm_sim_create_stream");
+  c.begin_capture = c.get<int(void*)>("mgm_sim_begin_capture");
+  c.end_capture = c.get<int(void*)>("mgm_sim_end_capture");
+  c.torch_alloc = c.get<void*(size_t, int, mgm_stream_t)>("mgm_torch_alloc");
+  c.torch_free = c.get<void(void*, size_t, int, mgm_stream_t)>("mgm_torch_free");
+  c.torch_record_stream = c.get<void(void*, mgm_stream_t)>("mgm_torch_record_stream");
+  c.torch_base_alloc = c.get<void*(void*, size_t*)>("mgm_torch_base_alloc");
+  return c;
+}
+
+nlohmann::json stats_of(const c_abi& c, int device) {
+  const char* s = c.stats(device);
+  REQUIRE(s != nullptr);
+  return nlohmann::json::parse(s);
+}
+
+// Runs `body` in a child process (a fresh library state); the child's failed REQUIREs exit 1.
+void in_child(const std::function<int()>& body) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int rc = 1;
+    try {
+      rc = body();
+    } catch (...) {
+      rc = 2;
+    }
+    std::_Exit(rc);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("C ABI: allocations on several devices and streams, stats and snapshot against the pool", "[c_abi]") {
+  const auto c = open_library();
+  REQUIRE(c.abi_version() == MGM_ABI_VERSION);
+  REQUIRE(c.device_count() == 8);
+  REQUIRE(std::string{c.config()}.find("sim=dgx-h100") != std::string::npos);
+  std::vector<void*> streams;
+  for (int d = 0; d < 4; ++d) streams.push_back(c.create_stream(d));
+  struct allocation {
+    void* p;
+    std::size_t size;
+    void* stream;
+  };
+  std::vector<allocation> live[4];
+  std::mt19937 rng{1};
+  for (int i = 0; i < 400; ++i) {
+    const int d = i % 4;
+    const std::size_t size = 1 + rng() % (4 * MiB);
+    void* s = (i / 4) % 2 == 0 ? streams[static_cast<std::size_t>(d)] : nullptr;
+    void* p = c.alloc(size, d, s);
+    INFO(c.last_error());
+    REQUIRE(p != nullptr);
+    live[d].push_back({p, size, s});
+  }
+  for (int d = 0; d < 4; ++d) {
+    const auto st = stats_of(c, d);
+    const auto snap = nlohmann::json::parse(c.snapshot(d));
+    std::size_t reserved = 0;
+    std::size_t allocated = 0;
+    std::size_t blocks = 0;
+    for (const auto& seg : snap["segments"]) {
+      REQUIRE(seg["device"] == d);
+      reserved += seg["total_size"].get<std::size_t>();
+      for (const auto& b : seg["blocks"]) {
+        if (b["state"] == "active_allocated") {
+          allocated += b["size"].get<std::size_t>();
+          ++blocks;
+        }
+      }
+    }
+    REQUIRE(st["allocated_bytes.all.current"].get<std::size_t>() == allocated);
+    REQUIRE(st["allocation.all.current"].get<std::size_t>() == live[d].size());
+    REQUIRE(blocks == live[d].size());
+    REQUIRE(st["reserved_bytes.all.current"].get<std::size_t>() == reserved);
+    std::size_t requested = 0;
+    for (const auto& a : live[d]) requested += a.size;
+    REQUIRE(st["requested_bytes.all.current"].get<std::size_t>() == requested);
+    REQUIRE(snap["device_traces"].size() == 8);
+  }
+  for (int d = 0; d < 4; ++d) {
+    for (const auto& a : live[d]) c.free(a.p, a.size, d, a.stream);
+    REQUIRE(stats_of(c, d)["allocated_bytes.all.current"] == 0);
+  }
+  // Empty cache gives every idle byte back.
+  REQUIRE(c.empty_cache() > 0);
+  for (int d = 0; d < 4; ++d) REQUIRE(stats_of(c, d)["reserved_bytes.all.current"] == 0);
+}
+
+TEST_CASE("C ABI: record_stream, a graph capture, size 0, base_alloc", "[c_abi]") {
+  const auto c = open_library();
+  void* s1 = c.create_stream(0);
+  void* s2 = c.create_stream(0);
+  void* p = c.alloc(MiB, 0, s1);
+  REQUIRE(p != nullptr);
+  REQUIRE(c.record_stream(p, s2) == 0);
+  c.torch_record_stream(p, static_cast<mgm_stream_t>(s2));
+  int outside = 0;
+  REQUIRE(c.record_stream(&outside, s2) == -1);
+  REQUIRE(std::string{c.last_error()}.find("no pool holds") != std::string::npos);
+  c.free(p, MiB, 0, s1);
+  // torch.cuda.graph allocates mid-capture: from the capture's private pool.
+  void* g = c.create_stream(1);
+  REQUIRE(c.begin_capture(g) == 0);
+  void* during = c.alloc(8 * MiB, 1, g);
+  INFO(c.last_error());
+  REQUIRE(during != nullptr);
+  c.free(during, 8 * MiB, 1, g);
+  REQUIRE(c.end_capture(g) == 0);
+  REQUIRE(c.begin_capture(nullptr) == -1);  // the default stream cannot capture
+  // Size 0: no memory, no error (in a thread whose last error is empty).
+  std::thread{[&] {
+    REQUIRE(c.alloc(0, 0, nullptr) == nullptr);
+    REQUIRE(std::string{c.last_error()}.empty());
+    REQUIRE(c.torch_alloc(0, 0, nullptr) == nullptr);
+  }}.join();
+  c.free(nullptr, 0, 0, nullptr);
+  std::size_t size = 123;
+  REQUIRE(c.torch_base_alloc(&outside, &size) == &outside);
+  REQUIRE(size == 123);
+}
+
+TEST_CASE("C ABI: a memory fraction fails allocations readably; torch_alloc throws out_of_memory", "[c_abi]") {
+  const auto c = open_library();
+  REQUIRE(c.set_fraction(1.5, 2) == -1);
+  REQUIRE(std::string{c.last_error()}.find("not in (0, 1]") != std::string::npos);
+  REQUIRE(c.set_fraction(0.01, 2) == 0);  // 1 % of 80 GiB: about 800 MiB
+  REQUIRE(c.alloc(GiB, 2, nullptr) == nullptr);
+  const std::string why = c.last_error();
+  REQUIRE(why.find("memory fraction") != std::string::npos);
+  REQUIRE(why.find("GPU2") != std::string::npos);
+  bool threw = false;
+  try {
+    (void)c.torch_alloc(GiB, 2, nullptr);
+  } catch (const std::bad_alloc& e) {
+    threw = true;
+    REQUIRE(std::string{e.what()}.find("memory fraction") != std::string::npos);
+    REQUIRE(dynamic_cast<const mgm::out_of_memory*>(&e) != nullptr);
+  }
+  REQUIRE(threw);
+  void* small = c.alloc(64 * MiB, 2, nullptr);  // under the fraction: fine
+  REQUIRE(small != nullptr);
+  c.torch_free(small, 64 * MiB, 2, nullptr);
+  REQUIRE(c.set_fraction(1.0, 2) == 0);
+  void* big = c.alloc(GiB, 2, nullptr);
+  REQUIRE(big != nullptr);
+  c.free(big, GiB, 2, nullptr);
+}
+
+TEST_CASE("C ABI: a bad device, a double free and a foreign pointer: errors, no crash, nothing lost", "[c_abi]") {
+  const auto c = open_library();
+  REQUIRE(c.alloc(MiB, 99, nullptr) == nullptr);
+  REQUIRE(std::string{c.last_error()}.find("device 99 is not one of the 8 devices") != std::string::npos);
+  REQUIRE(c.alloc(MiB, -1, nullptr) == nullptr);
+  REQUIRE_THROWS_AS(c.torch_alloc(MiB, 99, nullptr), mgm::logic_error);
+  REQUIRE(c.stats(99) == nullptr);
+  void* p = c.alloc(3 * MiB, 0, nullptr);
+  void* q = c.alloc(MiB, 0, nullptr);
+  REQUIRE(p != nullptr);
+  const auto before = stats_of(c, 0);
+  c.free(p, 3 * MiB, 0, nullptr);
+  c.free(p, 3 * MiB, 0, nullptr);  // twice: logged, nothing changes
+  int outside = 0;
+  c.free(&outside, 4, 0, nullptr);  // never allocated
+  c.free(q, MiB, 42, nullptr);      // a bad device: logged, not freed
+  const auto after = stats_of(c, 0);
+  REQUIRE(after["allocated_bytes.all.current"].get<std::size_t>() ==
+          before["allocated_bytes.all.current"].get<std::size_t>() - 3 * MiB);
+  REQUIRE(after["allocation.all.current"] == 1);  // q is still there
+  c.free(q, MiB, 0, nullptr);
+  REQUIRE(stats_of(c, 0)["allocation.all.current"] == 0);
+  void* again = c.alloc(3 * MiB, 0, nullptr);  // the pool keeps working
+  REQUIRE(again != nullptr);
+  c.free(again, 3 * MiB, 0, nullptr);
+}
+
+TEST_CASE("C ABI: 8 threads at once on 4 devices", "[c_abi]") {
+  const auto c = open_library();
+  std::vector<void*> streams;
+  for (int t = 0; t < 8; ++t) streams.push_back(c.create_stream(t % 4));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng{static_cast<unsigned>(t)};
+      std::vector<std::pair<void*, std::size_t>> held;
+      for (int i = 0; i < 1500; ++i) {
+        if (held.size() < 16 && rng() % 2 == 0) {
+          const std::size_t n = 256 + rng() % (2 * MiB);
+          void* p = c.alloc(n, t % 4, streams[static_cast<std::size_t>(t)]);
+          if (p == nullptr) {
+            failures.fetch_add(1);
+          } else {
+            held.push_back({p, n});
+          }
+        } else if (!held.empty()) {
+          c.free(held.back().first, held.back().second, t % 4, streams[static_cast<std::size_t>(t)]);
+          held.pop_back();
+        }
+        if (i % 300 == 0) (void)c.stats(t % 4);
+      }
+      for (const auto& [p, n] : held) c.free(p, n, t % 4, streams[static_cast<std::size_t>(t)]);
+    });
+  }
+  for (auto& th : threads) th.join();
+  REQUIRE(failures.load() == 0);
+  for (int d = 0; d < 4; ++d) REQUIRE(stats_of(c, d)["allocated_bytes.all.current"] == 0);
+}
+
+TEST_CASE("C ABI: MGM_ALLOC_CONF takes PyTorch's keys it honours and refuses the others by name", "[c_abi]") {
+  in_child([] {
+    ::setenv("MGM_ALLOC_CONF", "max_split_size_mb:64,expandable_segments:True", 1);
+    const auto c = open_library();
+    const std::string conf = c.config();
+    return conf.find("max_split_size:67108864") != std::string::npos && c.device_count() == 8 ? 0 : 1;
+  });
+  in_child([] {
+    ::setenv("MGM_ALLOC_CONF", "garbage_collection_threshold:0.6,max_split_size_mb:64", 1);
+    const auto c = open_library();
+    const bool refused = c.device_count() == -1 && c.alloc(MiB, 0, nullptr) == nullptr;
+    const std::string why = c.last_error();
+    return refused && why.find("garbage_collection_threshold") != std::string::npos &&
+                   why.find("release_threshold") != std::string::npos
+               ? 0
+               : 1;
+  });
+  in_child([] {
+    ::setenv("MGM_ALLOC_CONF", "roundup_power2_divisions:4", 1);
+    const auto c = open_library();
+    return c.alloc(MiB, 0, nullptr) == nullptr && std::string{c.last_error()}.find("roundup_power2_divisions") != std::string::npos
+               ? 0
+               : 1;
+  });
+  in_child([] {
+    const auto c = open_library("no-such-machine");
+    return c.device_count() == -1 && std::string{c.last_error()}.find("no-such-machine") != std::string::npos ? 0 : 1;
+  });
+}
