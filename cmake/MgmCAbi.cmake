@@ -15,3 +15,24 @@ target_link_libraries(multigpumem_c PRIVATE "$<BUILD_INTERFACE:mgm_pool;mgm_sim;
 target_link_options(multigpumem_c PRIVATE "LINKER:--exclude-libs,ALL" "LINKER:--no-undefined")
 mgm_set_warnings(multigpumem_c)
 add_library(MultiGpuMem::c ALIAS multigpumem_c)
+
+# The Python package (python/multigpumem, pure Python over ctypes): copied into the build tree
+# (BUILD/python/multigpumem, which finds BUILD/libmultigpumem_c.so.1 two folders up) and installed
+# in MGM_PYTHON_INSTALL_DIR (PREFIX/lib/python3/dist-packages: Debian's folder for
+# /usr/bin/python3; the package finds PREFIX/lib/libmultigpumem_c.so.1 three folders up).
+set(MGM_PYTHON_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/python3/dist-packages" CACHE STRING
+    "Where cmake --install puts the multigpumem Python package (relative to the prefix)")
+if(NOT CMAKE_INSTALL_LIBDIR STREQUAL "lib" AND MGM_PYTHON_INSTALL_DIR STREQUAL "${CMAKE_INSTALL_LIBDIR}/python3/dist-packages")
+  message(STATUS "multigpumem (Python) finds the C library three folders up from ${MGM_PYTHON_INSTALL_DIR}")
+endif()
+file(GLOB MGM_PYTHON_FILES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/python/multigpumem/*.py")
+set(MGM_PYTHON_COPIES "")
+foreach(f IN LISTS MGM_PYTHON_FILES)
+  get_filename_component(name "${f}" NAME)
+  set(out "${PROJECT_BINARY_DIR}/python/multigpumem/${name}")
+  add_custom_command(OUTPUT "${out}" COMMAND ${CMAKE_COMMAND} -E copy_if_different "${f}" "${out}" DEPENDS "${f}"
+                     COMMENT "multigpumem (Python): ${name}")
+  list(APPEND MGM_PYTHON_COPIES "${out}")
+endforeach()
+add_custom_target(multigpumem_python ALL DEPENDS ${MGM_PYTHON_COPIES} multigpumem_c)
+install(DIRECTORY python/multigpumem DESTINATION "${MGM_PYTHON_INSTALL_DIR}" FILES_MATCHING PATTERN "*.py")

@@ -45,6 +45,7 @@ class backend {
   [[nodiscard]] virtual mgm::pool_statistics statistics(int device) = 0;
   [[nodiscard]] virtual mgm::pool_snapshot snapshot(int device) = 0;
   [[nodiscard]] virtual std::size_t total_bytes(int device) const = 0;
+  [[nodiscard]] virtual std::size_t free_bytes(int device) const = 0;
   [[nodiscard]] virtual void* create_stream(int device) = 0;
   virtual int capture(void* stream, bool begin) = 0;
   [[nodiscard]] virtual std::string describe() const = 0;
@@ -96,6 +97,10 @@ class pool_backend final : public backend {
   std::size_t total_bytes(int device) const override {
     if (machine_ != nullptr) return machine_->memory(mgm::device_id{device}).total_bytes;
     return mgm::memory_info(mgm::device_id{device}).total_bytes;
+  }
+  std::size_t free_bytes(int device) const override {
+    if (machine_ != nullptr) return machine_->memory(mgm::device_id{device}).free_bytes;
+    return mgm::memory_info(mgm::device_id{device}).free_bytes;
   }
   void* create_stream(int device) override {
     if (machine_ == nullptr) {
@@ -294,6 +299,19 @@ MGM_C_API const char* mgm_last_error(void) { return t_error.c_str(); }
 MGM_C_API int mgm_device_count(void) {
   state* s = running();
   return s == nullptr ? -1 : s->pools->device_count();
+}
+
+MGM_C_API int mgm_memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
+  state* s = running();
+  if (s == nullptr || !valid_device(*s, device, "mgm_memory_info")) return -1;
+  return guarded(
+      "mgm_memory_info",
+      [&] {
+        if (free_bytes != nullptr) *free_bytes = s->pools->free_bytes(device);
+        if (total_bytes != nullptr) *total_bytes = s->pools->total_bytes(device);
+        return 0;
+      },
+      -1);
 }
 
 MGM_C_API const char* mgm_config(void) {

@@ -47,6 +47,8 @@ MGM_C_API int mgm_abi_version(void);
 MGM_C_API const char* mgm_last_error(void);
 /* The GPUs the pools run on (simulated ones under MGM_C_SIM); -1 when the library cannot start. */
 MGM_C_API int mgm_device_count(void);
+/* `device`'s free and total memory as the driver (or the simulator) counts them. 0, or -1. */
+MGM_C_API int mgm_memory_info(int device, size_t* free_bytes, size_t* total_bytes);
 /* The pool options in effect, as MGM_ALLOC_CONF text, plus "sim=PRESET" under the simulator. */
 MGM_C_API const char* mgm_config(void);
 

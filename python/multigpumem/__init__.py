@@ -1,0 +1,114 @@
+"""MultiGpuMem's caching pool from Python, over its C ABI (libmultigpumem_c.so.1, through ctypes).
+
+    import multigpumem
+    p = multigpumem.alloc(1 << 20, device=0)       # stream-ordered memory of GPU0's pool
+    multigpumem.free(p, 1 << 20, device=0)
+    multigpumem.stats(0)["allocated_bytes.all.current"]
+
+Frameworks, each a module that imports without its framework installed:
+    multigpumem.torch.use()        PyTorch: the pool replaces the caching allocator
+    multigpumem.torch.mem_pool()   a torch.cuda.MemPool over the pool, for `with torch.cuda.use_mem_pool(...)`
+    multigpumem.cupy.use()         CuPy: allocations on CuPy's current stream
+    NUMBA_CUDA_MEMORY_MANAGER=multigpumem.numba    Numba's external memory manager
+
+MGM_ALLOC_CONF sets the pool's options (PYTORCH_CUDA_ALLOC_CONF's keys it can honour are taken, the
+others refused by name); MGM_C_SIM=PRESET runs the pools on a simulated machine; MGM_C_LIBRARY
+names the library where it is not next to this package.
+"""
+import ctypes
+import json
+import pickle
+
+from . import _lib
+
+__all__ = ["alloc", "free", "record_stream", "empty_cache", "set_memory_fraction", "stats", "snapshot",
+           "dump_snapshot", "device_count", "memory_info", "config", "library_path"]
+
+
+def _check_device(device):
+    n = device_count()
+    if not isinstance(device, int) or device < 0 or device >= n:
+        raise ValueError("multigpumem: device %r is not one of the %d devices this process sees" % (device, n))
+
+
+def device_count():
+    n = _lib.library().mgm_device_count()
+    if n < 0:
+        raise RuntimeError(_lib.last_error())
+    return n
+
+
+def config():
+    """The pool's options in effect, as MGM_ALLOC_CONF text."""
+    c = _lib.library().mgm_config()
+    if c is None:
+        raise RuntimeError(_lib.last_error())
+    return c.decode()
+
+
+def library_path():
+    return _lib.path()
+
+
+def alloc(size, device=0, stream=0):
+    """`size` bytes of `device`'s pool, ordered on `stream` (a cudaStream_t as an int; 0: the
+    default stream). Returns the address (0 for size 0). Raises MemoryError with the pool's message."""
+    _check_device(device)
+    p = _lib.library().mgm_alloc_async(size, device, stream or None)
+    if not p:
+        if size == 0:
+            return 0
+        raise MemoryError(_lib.last_error())
+    return p
+
+
+def free(ptr, size, device=0, stream=0):
+    """Returns memory of `alloc` to its pool, in `stream`'s order (a pointer it did not hand out is
+    logged and changes nothing)."""
+    if ptr:
+        _lib.library().mgm_free_async(ptr, size, device, stream or None)
+
+
+def record_stream(ptr, stream):
+    if _lib.library().mgm_record_stream(ptr, stream or None) != 0:
+        raise ValueError(_lib.last_error())
+
+
+def empty_cache():
+    """Gives every pool's idle memory back; returns the bytes released."""
+    return _lib.library().mgm_empty_cache()
+
+
+def set_memory_fraction(fraction, device=0):
+    if _lib.library().mgm_set_memory_fraction(float(fraction), device) != 0:
+        raise ValueError(_lib.last_error())
+
+
+def memory_info(device=0):
+    """(free, total) bytes of `device`."""
+    free_b, total_b = ctypes.c_size_t(), ctypes.c_size_t()
+    if _lib.library().mgm_memory_info(device, ctypes.byref(free_b), ctypes.byref(total_b)) != 0:
+        raise ValueError(_lib.last_error())
+    return free_b.value, total_b.value
+
+
+def stats(device=0):
+    """The pool's statistics in torch.cuda.memory_stats()'s keys (plus mgm.*)."""
+    s = _lib.library().mgm_stats_json(device)
+    if s is None:
+        raise ValueError(_lib.last_error())
+    return json.loads(s)
+
+
+def snapshot(device=0):
+    """The pool as torch.cuda.memory._snapshot() has it: {"segments": [...], "device_traces": [...]}."""
+    s = _lib.library().mgm_snapshot_json(device)
+    if s is None:
+        raise ValueError(_lib.last_error())
+    return json.loads(s)
+
+
+def dump_snapshot(path, device=0):
+    """Writes the snapshot pickled, as PyTorch's memory_viz (pytorch.org/memory_viz) opens it."""
+    with open(path, "wb") as f:
+        pickle.dump(snapshot(device), f)
