@@ -487,6 +487,12 @@ TEST_CASE("mgm plan: counts add up, spill order per GPU", "[tool]") {
   CHECK(too_much.rc == 2);
   CHECK(too_much.err.find("do not fit") != std::string::npos);
   CHECK(run_mgm("--sim 2x8GiB plan --items 10 --bytes-per-item lots").rc == 2);
+  // JAX's share of each GPU: items and overhead over the GPU's memory, rounded up.
+  const auto jax = run_mgm("--sim 2x8GiB plan --items 6 --bytes-per-item 1GiB --overhead 512MiB --jax");
+  REQUIRE(jax.rc == 0);
+  CHECK(jax.out.find("CUDA_VISIBLE_DEVICES=0 XLA_PYTHON_CLIENT_PREALLOCATE=true XLA_CLIENT_MEM_FRACTION=0.438") != std::string::npos);
+  const auto jj = nlohmann::json::parse(run_mgm("--sim 2x8GiB --json plan --items 6 --bytes-per-item 1GiB").out);
+  CHECK(jj["gpus"][1]["xla_client_mem_fraction"].get<double>() == Approx(0.375));
 }
 
 TEST_CASE("mgm plan --watch: a tenant, then a lost GPU, each change one JSON line with its reason", "[tool]") {

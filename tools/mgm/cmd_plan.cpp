@@ -108,6 +108,7 @@ void add_plan(CLI::App& app, context& ctx) {
     std::size_t hold{2};
     std::string min_change{"5%"};
     std::size_t cooldown{6};
+    bool jax{false};
   };
   auto o = std::make_shared<options>();
   cmd->add_option("--items", o->items, "How many items (samples, layers, shards)")->required()->check(count_at_least(0));
@@ -131,6 +132,9 @@ void add_plan(CLI::App& app, context& ctx) {
   cmd->add_option("--selector", o->selector, "With --prometheus: label matchers for the series, such as {job=\"gpu\"}");
   cmd->add_option("--node-label", o->node_label, "With --prometheus: the label that names a node")->capture_default_str();
   cmd->add_option("--timeout", o->timeout, "With --prometheus: how long each request may take")->capture_default_str();
+  cmd->add_flag("--jax", o->jax,
+                "Also print each GPU's share as the environment of a JAX process (XLA_CLIENT_MEM_FRACTION of the "
+                "GPU's memory; JAX has no allocator hook, so it is given its share instead)");
   auto* watch_opt = cmd->add_option("--watch", o->watch,
                                     "Keep the plan in step with the GPUs' free memory: read them every INTERVAL "
                                     "(default 5s) and print each change with its reason, until Ctrl-C")
@@ -335,6 +339,14 @@ void add_plan(CLI::App& app, context& ctx) {
       std::erase_if(ranked, [&](const auto& c) { return !c.where.is_host() && c.where.device.value() == static_cast<int>(i); });
       spills.push_back(std::move(ranked));
     }
+    // JAX's share of each GPU: what its items (and overhead) take, of the GPU's whole memory, rounded
+    // up to a thousandth so that they fit.
+    const auto xla_fraction = [&](std::size_t i) {
+      if (plan.counts[i] == 0 || v.total_bytes[i] == 0) return 0.0;
+      const double need = static_cast<double>(plan.counts[i]) * static_cast<double>(r.bytes_per_item) +
+                          static_cast<double>(overhead);
+      return std::min(1.0, std::ceil(1000.0 * need / static_cast<double>(v.total_bytes[i])) / 1000.0);
+    };
     if (ctx.json) {
       nlohmann::json out;
       out["machine"] = v.name;
@@ -350,6 +362,7 @@ void add_plan(CLI::App& app, context& ctx) {
         for (const auto& c : spills[i]) spill.push_back({{"where", c.where.to_string()}, {"path", c.path}, {"gb_per_s", c.gbps}});
         out["gpus"].push_back({{"gpu", i}, {"name", v.gpu_names[i]}, {"free_bytes", v.free_bytes[i]},
                                {"total_bytes", v.total_bytes[i]},
+                               {"xla_client_mem_fraction", xla_fraction(i)},
                                {"items", plan.counts[i]}, {"capacity_items", plan.capacity[i]},
                                {"range", {plan.ranges[i].first, plan.ranges[i].second}}, {"spill_order", spill}});
       }
@@ -380,6 +393,14 @@ void add_plan(CLI::App& app, context& ctx) {
     std::size_t sum = 0;
     for (const auto c : plan.counts) sum += c;
     std::printf("\nTotal %zu items (HOLDS: the most items a GPU can take; RANGE: its items, neighbours on fast links).\n", sum);
+    if (o->jax) {
+      std::printf("\nJAX, one process per GPU (XLA preallocates this share of the GPU's memory):\n");
+      for (std::size_t i = 0; i < plan.counts.size(); ++i) {
+        if (plan.counts[i] == 0) continue;
+        std::printf("  CUDA_VISIBLE_DEVICES=%zu XLA_PYTHON_CLIENT_PREALLOCATE=true XLA_CLIENT_MEM_FRACTION=%.3f  # %zu items\n", i,
+                    xla_fraction(i), plan.counts[i]);
+      }
+    }
   });
 }
 
