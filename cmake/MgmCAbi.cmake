@@ -1,11 +1,13 @@
 # The C ABI (include/mgm/c/multigpumem.h): libmultigpumem_c.so, a shared library with a SONAME
 # that frameworks load by path (PyTorch's CUDAPluggableAllocator, ctypes). It links the library's
-# layers statically and exports only its mgm_* symbols; the CUDA runtime stays shared, the one
-# the framework in the same process uses.
+# layers statically and exports only its mgm_* symbols. The CUDA runtime is linked statically
+# (MGM_STATIC_CUDART), so it needs only the driver: beside a PyTorch wheel built for CUDA 12 (with
+# its own libcudart.so.12) it loads without a CUDA 13 runtime installed; both runtimes share the
+# driver's contexts, streams and pointers.
 add_library(multigpumem_c SHARED src/c/multigpumem_c.cpp)
 set_target_properties(multigpumem_c PROPERTIES OUTPUT_NAME multigpumem_c VERSION ${PROJECT_VERSION} SOVERSION 1
                                                CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
-                                               EXPORT_NAME c)
+                                               EXPORT_NAME c MGM_STATIC_CUDART ON)
 target_compile_features(multigpumem_c PUBLIC cxx_std_20)
 target_include_directories(multigpumem_c PUBLIC "$<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>"
                                                 "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")
