@@ -36,5 +36,9 @@ foreach(f IN LISTS MGM_PYTHON_FILES)
                      COMMENT "multigpumem (Python): ${name}")
   list(APPEND MGM_PYTHON_COPIES "${out}")
 endforeach()
+# The build tree's copy names the library built beside it (the installed package looks three
+# folders up instead; _where.py is not installed).
+file(GENERATE OUTPUT "${PROJECT_BINARY_DIR}/python/multigpumem/_where.py"
+     CONTENT "# Written by the build: the library of this build tree.\nLIBRARY = \"$<TARGET_FILE:multigpumem_c>\"\n")
 add_custom_target(multigpumem_python ALL DEPENDS ${MGM_PYTHON_COPIES} multigpumem_c)
 install(DIRECTORY python/multigpumem DESTINATION "${MGM_PYTHON_INSTALL_DIR}" FILES_MATCHING PATTERN "*.py")

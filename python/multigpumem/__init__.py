@@ -21,7 +21,7 @@ import pickle
 
 from . import _lib
 
-__all__ = ["alloc", "free", "record_stream", "empty_cache", "set_memory_fraction", "stats", "snapshot",
+__all__ = ["alloc", "free", "record_stream", "forget_stream", "empty_cache", "set_memory_fraction", "stats", "snapshot",
            "dump_snapshot", "device_count", "memory_info", "config", "library_path"]
 
 
@@ -71,6 +71,13 @@ def free(ptr, size, device=0, stream=0):
 
 def record_stream(ptr, stream):
     if _lib.library().mgm_record_stream(ptr, stream or None) != 0:
+        raise ValueError(_lib.last_error())
+
+
+def forget_stream(device, stream):
+    """Before destroying `stream` (a cudaStream_t as an int): the pool forgets it, its cached blocks
+    join the others."""
+    if _lib.library().mgm_forget_stream(device, stream or None) != 0:
         raise ValueError(_lib.last_error())
 
 

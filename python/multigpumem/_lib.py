@@ -1,6 +1,6 @@
 """The C library (libmultigpumem_c.so.1) through ctypes: found by MGM_C_LIBRARY, else next to this
 package as `cmake --install` lays it out (PREFIX/lib/python3/dist-packages/multigpumem ->
-PREFIX/lib), else in the build tree (BUILD/python/multigpumem -> BUILD)."""
+PREFIX/lib); the build tree's copy knows the library built beside it."""
 import ctypes
 import os
 import threading
@@ -14,13 +14,18 @@ _path = None
 
 
 def candidates():
-    """The paths tried, in order."""
+    """The paths tried, in order: MGM_C_LIBRARY; in the build tree, the library built beside this
+    copy of the package (named by the generated _where.py); installed, PREFIX/lib three folders up."""
     env = os.environ.get("MGM_C_LIBRARY")
     if env:
         return [env]
+    try:
+        from . import _where  # written by the build into the build tree's copy only
+        return [_where.LIBRARY]
+    except ImportError:
+        pass
     here = os.path.dirname(os.path.abspath(__file__))
-    return [os.path.normpath(os.path.join(here, "..", "..", "..", SONAME)),  # installed
-            os.path.normpath(os.path.join(here, "..", "..", SONAME))]        # build tree
+    return [os.path.normpath(os.path.join(here, "..", "..", "..", SONAME))]
 
 
 def _declare(lib):
@@ -35,6 +40,7 @@ def _declare(lib):
         "mgm_alloc_async": (c_void_p, [c_size_t, c_int, c_void_p]),
         "mgm_free_async": (None, [c_void_p, c_size_t, c_int, c_void_p]),
         "mgm_record_stream": (c_int, [c_void_p, c_void_p]),
+        "mgm_forget_stream": (c_int, [c_int, c_void_p]),
         "mgm_empty_cache": (c_size_t, []),
         "mgm_set_memory_fraction": (c_int, [c_double, c_int]),
         "mgm_stats_json": (c_char_p, [c_int]),
@@ -52,6 +58,8 @@ def _declare(lib):
 def library():
     """The loaded library (loaded once). Raises OSError naming every path tried."""
     global _lib, _path
+    if _lib is not None:
+        return _lib
     with _lock:
         if _lib is not None:
             return _lib

@@ -42,7 +42,7 @@ def manager():
             def finalizer():
                 multigpumem.free(ptr, size, device, 0)
 
-            return driver.MemoryPointer(self.context, ctypes_pointer(ptr), size, finalizer=finalizer)
+            return driver.MemoryPointer(self.context, device_pointer(driver, ptr), size, finalizer=finalizer)
 
         def get_memory_info(self):
             free, total = multigpumem.memory_info(self.context.device.id)
@@ -54,11 +54,13 @@ def manager():
                                "allocate buffers to share with Numba's own allocator")
 
         def reset(self):
+            super().reset()  # Numba's host allocations
             multigpumem.empty_cache()
 
         @contextlib.contextmanager
         def defer_cleanup(self):
-            yield
+            with super().defer_cleanup():
+                yield
 
         @property
         def interface_version(self):
@@ -68,9 +70,13 @@ def manager():
     return _manager
 
 
-def ctypes_pointer(ptr):
+def device_pointer(driver, ptr):
+    """A device address as this Numba's driver layer takes it: CUdeviceptr with NVIDIA's bindings,
+    else a ctypes integer (as RMM's plugin does)."""
+    if getattr(driver, "USE_NV_BINDING", False):
+        return driver.binding.CUdeviceptr(ptr)
     import ctypes
-    return ctypes.c_void_p(ptr)
+    return ctypes.c_uint64(ptr)
 
 
 def __getattr__(name):

@@ -5,14 +5,17 @@
     x = torch.empty(1 << 20, device="cuda")
 
 What works: allocation and free on the current stream, Tensor.record_stream, torch.cuda.empty_cache,
-torch.cuda.set_per_process_memory_fraction, CUDA graphs (allocations during a capture come from the
+torch.cuda.set_per_process_memory_fraction, allocations during CUDA graph captures (from the
 capture's private pool). What is lost under the global swap: torch.cuda.memory_stats and the memory
-snapshots (they raise: use multigpumem.stats / multigpumem.snapshot), torch.multiprocessing's CUDA IPC.
-mem_pool() keeps PyTorch's caching allocator and gives it the pool's memory for a region of code.
+snapshots (they raise: use multigpumem.stats / multigpumem.snapshot), torch.multiprocessing's CUDA
+IPC, and a capture's private pool is never released (PyTorch's pool hooks are C++-typed): graphs
+captured again and again keep their memory. mem_pool() keeps PyTorch's caching allocator (and its
+graph pools) and gives it the pool's memory for a region of code.
 """
 from . import _lib
 
 _allocator = None  # the CUDAPluggableAllocator, made once
+_region_allocator = None  # the one behind mem_pool()
 
 
 def _torch():
@@ -62,4 +65,9 @@ def mem_pool(**kwargs):
     torch = _torch()
     if not hasattr(torch.cuda, "MemPool"):
         raise ImportError("multigpumem.torch.mem_pool() needs torch.cuda.MemPool (PyTorch 2.5 or later)")
-    return torch.cuda.MemPool(allocator().allocator(), **kwargs)
+    global _region_allocator
+    if _region_allocator is None:
+        # MemPool checks for NULL and runs PyTorch's own out-of-memory path: the entry points that
+        # return NULL (same signatures as mgm_torch_alloc / mgm_torch_free) serve it.
+        _region_allocator = torch.cuda.memory.CUDAPluggableAllocator(_lib.path(), "mgm_alloc_async", "mgm_free_async")
+    return torch.cuda.MemPool(_region_allocator.allocator(), **kwargs)

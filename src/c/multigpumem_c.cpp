@@ -40,6 +40,9 @@ class backend {
   [[nodiscard]] virtual void* allocate(int device, std::size_t bytes, mgm::stream_ref s) = 0;
   virtual void deallocate(int device, void* p, std::size_t bytes, mgm::stream_ref s) noexcept = 0;
   virtual bool record_stream(void* p, mgm::stream_ref s) = 0;  // false: no pool holds p
+  virtual void forget_stream(int device, mgm::stream_ref s) = 0;
+  // The segment holding `p`: its base and size; false when no pool holds it.
+  virtual bool segment_of(const void* p, void*& base, std::size_t& size) = 0;
   virtual std::size_t release(int device) = 0;
   [[nodiscard]] virtual bool has_pool(int device) const = 0;
   [[nodiscard]] virtual mgm::pool_statistics statistics(int device) = 0;
@@ -66,6 +69,15 @@ class pool_backend final : public backend {
     return pool.allocate_async(bytes, mgm::cuda_allocation_alignment, s);
   }
   void deallocate(int device, void* p, std::size_t bytes, mgm::stream_ref s) noexcept override {
+    if (!pools_.has_pool(mgm::device_id{device})) {  // nothing was allocated there: never make a pool to free
+      try {
+        mgm::log(mgm::log_level::error, "mgm_free_async(" + mgm::detail::describe_address(p) + ", " + std::to_string(bytes) +
+                                            ", device " + std::to_string(device) +
+                                            "): that device's pool has handed out nothing; nothing was changed");
+      } catch (...) {
+      }
+      return;
+    }
     auto& pool = pools_.pool(mgm::device_id{device});
     if (machine_ != nullptr) {
       mgm::sim::judged{*machine_, pool}.deallocate_async(p, bytes, mgm::cuda_allocation_alignment, s);
@@ -90,10 +102,35 @@ class pool_backend final : public backend {
     }
     return false;
   }
-  std::size_t release(int device) override { return pools_.pool(mgm::device_id{device}).release(); }
+  void forget_stream(int device, mgm::stream_ref s) override {
+    if (pools_.has_pool(mgm::device_id{device})) pools_.pool(mgm::device_id{device}).forget_stream(s);
+  }
+  bool segment_of(const void* p, void*& base, std::size_t& size) override {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    for (int d = 0; d < pools_.device_count(); ++d) {
+      if (!pools_.has_pool(mgm::device_id{d})) continue;
+      for (const auto& seg : pools_.pool(mgm::device_id{d}).snapshot().segments) {
+        if (a >= seg.address && a < seg.address + seg.size) {
+          base = reinterpret_cast<void*>(seg.address);
+          size = seg.size;
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+  std::size_t release(int device) override {
+    return pools_.has_pool(mgm::device_id{device}) ? pools_.pool(mgm::device_id{device}).release() : 0;
+  }
   bool has_pool(int device) const override { return pools_.has_pool(mgm::device_id{device}); }
-  mgm::pool_statistics statistics(int device) override { return pools_.pool(mgm::device_id{device}).statistics(); }
-  mgm::pool_snapshot snapshot(int device) override { return pools_.pool(mgm::device_id{device}).snapshot(); }
+  mgm::pool_statistics statistics(int device) override {
+    if (!pools_.has_pool(mgm::device_id{device})) return {};  // no pool yet: nothing happened
+    return pools_.pool(mgm::device_id{device}).statistics();
+  }
+  mgm::pool_snapshot snapshot(int device) override {
+    if (!pools_.has_pool(mgm::device_id{device})) return mgm::pool_snapshot{device, {}};
+    return pools_.pool(mgm::device_id{device}).snapshot();
+  }
   std::size_t total_bytes(int device) const override {
     if (machine_ != nullptr) return machine_->memory(mgm::device_id{device}).total_bytes;
     return mgm::memory_info(mgm::device_id{device}).total_bytes;
@@ -138,6 +175,7 @@ struct state {
   std::unique_ptr<backend> pools;
   std::vector<std::atomic<std::size_t>> caps;  // bytes per device, from the memory fraction
   std::vector<std::atomic<double>> fractions;
+  std::unique_ptr<std::mutex[]> capped;  // per device: a capped allocation checks and allocates alone
 
   state() {
     try {
@@ -157,6 +195,7 @@ struct state {
       fractions = std::vector<std::atomic<double>>(static_cast<std::size_t>(pools->device_count()));
       for (auto& c : caps) c.store(unlimited);
       for (auto& f : fractions) f.store(1.0);
+      capped = std::make_unique<std::mutex[]>(caps.size());
     } catch (const std::exception& e) {
       failure = std::string{"libmultigpumem_c cannot start: "} + e.what();
       pools.reset();
@@ -164,9 +203,10 @@ struct state {
   }
 };
 
+// Never destroyed: frees from other threads and from static destructors may come after main returns.
 state& the_state() {
-  static state s;
-  return s;
+  static state* s = new state;
+  return *s;
 }
 
 // The state when it runs, else nullptr with the error set.
@@ -179,11 +219,14 @@ state* running() {
   return &s;
 }
 
-bool valid_device(const state& s, int device, const char* who) {
+bool valid_device(const state& s, int device, const char* who) noexcept {
   if (device >= 0 && device < s.pools->device_count()) return true;
-  set_error(std::string{who} + ": device " + std::to_string(device) + " is not one of the " +
+  try {
+    set_error(std::string{who} + ": device " + std::to_string(device) + " is not one of the " +
             std::to_string(s.pools->device_count()) + " devices this process sees" +
-            (s.sim_name.empty() ? "" : " (simulated machine " + s.sim_name + ")"));
+              (s.sim_name.empty() ? "" : " (simulated machine " + s.sim_name + ")"));
+  } catch (...) {
+  }
   return false;
 }
 
@@ -197,6 +240,9 @@ void* allocate_or_throw(state& s, std::size_t size, int device, mgm::stream_ref 
   const auto over = [&] {
     return static_cast<std::size_t>(s.pools->statistics(device).reserved_bytes.current) > cap;
   };
+  // Capped allocations of one device check and allocate one at a time, so that one thread's
+  // attempt never fails another's that fits (frees may still come in between: they only help).
+  const std::lock_guard alone{s.capped[d]};
   for (int attempt = 0; attempt < 2; ++attempt) {
     void* p = s.pools->allocate(device, size, stream);
     if (!over()) return p;
@@ -318,8 +364,13 @@ MGM_C_API const char* mgm_config(void) {
   thread_local std::string out;
   state* s = running();
   if (s == nullptr) return nullptr;
-  out = s->pools->describe() + (s->sim_name.empty() ? "" : ",sim=" + s->sim_name);
-  return out.c_str();
+  return guarded(
+      "mgm_config",
+      [&]() -> const char* {
+        out = s->pools->describe() + (s->sim_name.empty() ? "" : ",sim=" + s->sim_name);
+        return out.c_str();
+      },
+      static_cast<const char*>(nullptr));
 }
 
 MGM_C_API void* mgm_alloc_async(size_t size, int device, void* stream) {
@@ -333,13 +384,29 @@ MGM_C_API void* mgm_alloc_async(size_t size, int device, void* stream) {
 
 MGM_C_API void mgm_free_async(void* ptr, size_t size, int device, void* stream) {
   if (ptr == nullptr) return;
-  state* s = running();
-  if (s == nullptr) return;
-  if (!valid_device(*s, device, "mgm_free_async")) {
-    mgm::log(mgm::log_level::error, t_error + "; the pointer was not freed");
-    return;
+  try {
+    state* s = running();
+    if (s == nullptr) return;
+    if (!valid_device(*s, device, "mgm_free_async")) {
+      mgm::log(mgm::log_level::error, t_error + "; the pointer was not freed");
+      return;
+    }
+    s->pools->deallocate(device, ptr, size, mgm::stream_ref{static_cast<cudaStream_t>(stream)});
+  } catch (...) {
+    // a message that could not be built: the free itself is noexcept and happened, or was refused
   }
-  s->pools->deallocate(device, ptr, size, mgm::stream_ref{static_cast<cudaStream_t>(stream)});
+}
+
+MGM_C_API int mgm_forget_stream(int device, void* stream) {
+  state* s = running();
+  if (s == nullptr || !valid_device(*s, device, "mgm_forget_stream")) return -1;
+  return guarded(
+      "mgm_forget_stream",
+      [&] {
+        s->pools->forget_stream(device, mgm::stream_ref{static_cast<cudaStream_t>(stream)});
+        return 0;
+      },
+      -1);
 }
 
 MGM_C_API int mgm_record_stream(void* ptr, void* stream) {
@@ -373,8 +440,8 @@ MGM_C_API size_t mgm_empty_cache(void) {
 MGM_C_API int mgm_set_memory_fraction(double fraction, int device) {
   state* s = running();
   if (s == nullptr || !valid_device(*s, device, "mgm_set_memory_fraction")) return -1;
-  if (!(fraction > 0.0 && fraction <= 1.0)) {
-    set_error("mgm_set_memory_fraction: " + std::to_string(fraction) + " is not in (0, 1]");
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
+    set_error("mgm_set_memory_fraction: " + std::to_string(fraction) + " is not in [0, 1]");
     return -1;
   }
   return guarded(
@@ -442,6 +509,10 @@ MGM_C_API void* mgm_torch_alloc(size_t size, int device, mgm_stream_t stream) {
   if (size == 0) return nullptr;
   try {
     return allocate_or_throw(*s, size, device, mgm::stream_ref{reinterpret_cast<cudaStream_t>(stream)});
+  } catch (const mgm::out_of_memory& e) {
+    // PyTorch's words first, so that the handlers and people who look for them find them.
+    set_error(std::string{"CUDA out of memory (MultiGpuMem's pool): "} + e.what());
+    throw mgm::out_of_memory{t_error, e.requested_bytes()};
   } catch (const std::exception& e) {
     set_error(std::string{"mgm_torch_alloc: "} + e.what());
     throw;
@@ -468,7 +539,17 @@ MGM_C_API void mgm_torch_record_stream(void* ptr, mgm_stream_t stream) {
 }
 
 MGM_C_API void* mgm_torch_base_alloc(void* ptr, size_t* size) {
-  (void)size;  // each tensor's memory is a block of its own: the base is the pointer, its size unchanged
+  state* s = running();
+  void* base = ptr;
+  std::size_t bytes = 0;
+  try {
+    if (s != nullptr && s->pools->segment_of(ptr, base, bytes)) {
+      if (size != nullptr) *size = bytes;
+      return base;
+    }
+  } catch (...) {
+  }
+  if (size != nullptr) *size = 0;
   return ptr;
 }
 

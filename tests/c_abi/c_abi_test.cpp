@@ -88,23 +88,15 @@ nlohmann::json stats_of(const c_abi& c, int device) {
   return nlohmann::json::parse(s);
 }
 
-// Runs `body` in a child process (a fresh library state); the child's failed REQUIREs exit 1.
-void in_child(const std::function<int()>& body) {
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    int rc = 1;
-    try {
-      rc = body();
-    } catch (...) {
-      rc = 2;
-    }
-    std::_Exit(rc);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+// Runs the hidden test case `name` in a new process of this program (a fresh library state),
+// with `env` (VAR=value ...) added; true when it passes.
+bool in_child(const std::string& name, const std::string& env) {
+  char self[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);  // this program, not the shell's
+  REQUIRE(n > 0);
+  const std::string cmd = "env " + env + " '" + std::string{self, static_cast<std::size_t>(n)} + "' '" + name + "' >/dev/null 2>&1";
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 }  // namespace
@@ -196,13 +188,26 @@ TEST_CASE("C ABI: record_stream, a graph capture, size 0, base_alloc", "[c_abi]"
   c.free(nullptr, 0, 0, nullptr);
   std::size_t size = 123;
   REQUIRE(c.torch_base_alloc(&outside, &size) == &outside);
-  REQUIRE(size == 123);
+  REQUIRE(size == 0);
+  // The base of a pool pointer is its segment's, which holds it.
+  void* a = c.alloc(1000, 3, nullptr);
+  void* b = c.alloc(1000, 3, nullptr);
+  std::size_t seg = 0;
+  auto* base = static_cast<char*>(c.torch_base_alloc(b, &seg));
+  REQUIRE(base <= static_cast<char*>(b));
+  REQUIRE(static_cast<char*>(b) + 1000 <= base + seg);
+  c.free(a, 1000, 3, nullptr);
+  c.free(b, 1000, 3, nullptr);
+  // A stream about to be destroyed is forgotten; its cache joins the others.
+  auto forget = c.get<int(int, void*)>("mgm_forget_stream");
+  REQUIRE(forget(0, s2) == 0);
+  REQUIRE(forget(0, nullptr) == -1);  // the default stream cannot be forgotten
 }
 
-TEST_CASE("C ABI: a memory fraction fails allocations readably; torch_alloc throws out_of_memory", "[c_abi]") {
+TEST_CASE("C ABI: a memory fraction fails allocations readably, and torch_alloc throws out_of_memory", "[c_abi]") {
   const auto c = open_library();
   REQUIRE(c.set_fraction(1.5, 2) == -1);
-  REQUIRE(std::string{c.last_error()}.find("not in (0, 1]") != std::string::npos);
+  REQUIRE(std::string{c.last_error()}.find("not in [0, 1]") != std::string::npos);
   REQUIRE(c.set_fraction(0.01, 2) == 0);  // 1 % of 80 GiB: about 800 MiB
   REQUIRE(c.alloc(GiB, 2, nullptr) == nullptr);
   const std::string why = c.last_error();
@@ -214,6 +219,7 @@ TEST_CASE("C ABI: a memory fraction fails allocations readably; torch_alloc thro
   } catch (const std::bad_alloc& e) {
     threw = true;
     REQUIRE(std::string{e.what()}.find("memory fraction") != std::string::npos);
+    REQUIRE(std::string{e.what()}.rfind("CUDA out of memory", 0) == 0);
     REQUIRE(dynamic_cast<const mgm::out_of_memory*>(&e) != nullptr);
   }
   REQUIRE(threw);
@@ -248,6 +254,9 @@ TEST_CASE("C ABI: a bad device, a double free and a foreign pointer: errors, no 
   REQUIRE(after["allocation.all.current"] == 1);  // q is still there
   c.free(q, MiB, 0, nullptr);
   REQUIRE(stats_of(c, 0)["allocation.all.current"] == 0);
+  c.free(q, MiB, 7, nullptr);  // a device whose pool handed out nothing: no pool is made to free it
+  REQUIRE(stats_of(c, 7)["reserved_bytes.all.current"] == 0);
+  REQUIRE(nlohmann::json::parse(c.snapshot(7))["segments"].empty());
   void* again = c.alloc(3 * MiB, 0, nullptr);  // the pool keeps working
   REQUIRE(again != nullptr);
   c.free(again, 3 * MiB, 0, nullptr);
@@ -287,31 +296,32 @@ TEST_CASE("C ABI: 8 threads at once on 4 devices", "[c_abi]") {
 }
 
 TEST_CASE("C ABI: MGM_ALLOC_CONF takes PyTorch's keys it honours and refuses the others by name", "[c_abi]") {
-  in_child([] {
-    ::setenv("MGM_ALLOC_CONF", "max_split_size_mb:64,expandable_segments:True", 1);
-    const auto c = open_library();
-    const std::string conf = c.config();
-    return conf.find("max_split_size:67108864") != std::string::npos && c.device_count() == 8 ? 0 : 1;
-  });
-  in_child([] {
-    ::setenv("MGM_ALLOC_CONF", "garbage_collection_threshold:0.6,max_split_size_mb:64", 1);
-    const auto c = open_library();
-    const bool refused = c.device_count() == -1 && c.alloc(MiB, 0, nullptr) == nullptr;
-    const std::string why = c.last_error();
-    return refused && why.find("garbage_collection_threshold") != std::string::npos &&
-                   why.find("release_threshold") != std::string::npos
-               ? 0
-               : 1;
-  });
-  in_child([] {
-    ::setenv("MGM_ALLOC_CONF", "roundup_power2_divisions:4", 1);
-    const auto c = open_library();
-    return c.alloc(MiB, 0, nullptr) == nullptr && std::string{c.last_error()}.find("roundup_power2_divisions") != std::string::npos
-               ? 0
-               : 1;
-  });
-  in_child([] {
-    const auto c = open_library("no-such-machine");
-    return c.device_count() == -1 && std::string{c.last_error()}.find("no-such-machine") != std::string::npos ? 0 : 1;
-  });
+  REQUIRE(in_child("child: honoured keys", "MGM_ALLOC_CONF=max_split_size_mb:64,expandable_segments:True"));
+  REQUIRE(in_child("child: refused key", "MGM_ALLOC_CONF=garbage_collection_threshold:0.6,max_split_size_mb:64 "
+                                         "MGM_EXPECT=garbage_collection_threshold MGM_EXPECT2=release_threshold"));
+  REQUIRE(in_child("child: refused key", "MGM_ALLOC_CONF=roundup_power2_divisions:4 MGM_EXPECT=roundup_power2_divisions "
+                                         "MGM_EXPECT2=segment_round"));
+  REQUIRE(in_child("child: bad machine", "MGM_C_SIM_CHILD=no-such-machine"));
+  REQUIRE_FALSE(in_child("child: refused key", "MGM_ALLOC_CONF=max_split_size_mb:64 MGM_EXPECT=x MGM_EXPECT2=y"));  // can fail
+}
+
+TEST_CASE("child: honoured keys", "[.]") {
+  const auto c = open_library();
+  REQUIRE(std::string{c.config()}.find("max_split_size:67108864") != std::string::npos);
+  REQUIRE(c.device_count() == 8);
+}
+
+TEST_CASE("child: refused key", "[.]") {
+  const auto c = open_library();
+  REQUIRE(c.device_count() == -1);
+  REQUIRE(c.alloc(MiB, 0, nullptr) == nullptr);
+  const std::string why = c.last_error();
+  REQUIRE(why.find(std::getenv("MGM_EXPECT")) != std::string::npos);
+  REQUIRE(why.find(std::getenv("MGM_EXPECT2")) != std::string::npos);
+}
+
+TEST_CASE("child: bad machine", "[.]") {
+  const auto c = open_library(std::getenv("MGM_C_SIM_CHILD"));
+  REQUIRE(c.device_count() == -1);
+  REQUIRE(std::string{c.last_error()}.find("no-such-machine") != std::string::npos);
 }

@@ -5,6 +5,8 @@ Usage: MGM_C_LIBRARY=.../libmultigpumem_c.so.1 PYTHONPATH=<folder of multigpumem
 import sys
 
 import multigpumem
+import multigpumem.cupy  # both import without their frameworks
+import multigpumem.torch
 
 
 def main():
@@ -35,7 +37,6 @@ def main():
     except ImportError as e:
         print("PyTorch: skipped (%s)" % e)
     else:
-        import multigpumem.torch
         multigpumem.torch.use()
         x = torch.ones(1 << 22, device="cuda")
         y = (x * 2).sum().item()
@@ -49,9 +50,8 @@ def main():
     except ImportError as e:
         print("CuPy: skipped (%s)" % e)
     else:
-        import multigpumem.cupy
         multigpumem.cupy.use()
-        a = cupy.arange(1 << 20, dtype=cupy.float32)
+        a = cupy.arange(1 << 20, dtype=cupy.float64)
         ok = float(a.sum()) == float(sum(range(1 << 20)))
         print("CuPy %s: an array through the pool: %s" % (cupy.__version__, "ok" if ok else "FAILED"))
         status = status if ok else 1

@@ -60,7 +60,7 @@ def test_dump_snapshot_pickles_for_memory_viz(tmp_path):
 def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match="device 99 is not one of the 8 devices"):
         multigpumem.alloc(MiB, 99)
-    with pytest.raises(ValueError, match=r"not in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"not in \[0, 1\]"):
         multigpumem.set_memory_fraction(2.0, 4)
     assert multigpumem.alloc(0, 0) == 0  # size 0: no memory, no error
     multigpumem.set_memory_fraction(0.01, 4)
@@ -105,11 +105,17 @@ class _FakePluggable:
         self.hooks = {}
         _FakePluggable.made.append(self)
 
+    # The setters torch._C._CUDAPluggableAllocator has (a misspelt one fails, as it would there).
+    SETTERS = ("set_init_fn", "set_reset_fn", "set_memory_fraction_fn", "set_base_alloc_fn", "set_record_stream_fn",
+               "set_begin_allocate_to_pool", "set_end_allocate_to_pool_fn", "set_release_pool")
+
     def allocator(self):
         outer = self
 
         class Hooks:
             def __getattr__(self, name):
+                if name not in _FakePluggable.SETTERS:
+                    raise AttributeError(name)
                 return lambda address: outer.hooks.__setitem__(name, address)
 
         return Hooks()
@@ -151,6 +157,8 @@ def test_torch_use_swaps_the_allocator_with_every_hook(monkeypatch):
         assert alloc.hooks[setter] == ctypes.cast(getattr(lib, fn), ctypes.c_void_p).value
     pool = mtorch.mem_pool(use_on_oom=True)
     assert pool[0] == "MemPool" and pool[2] == {"use_on_oom": True}
+    region = _FakePluggable.made[-1]  # MemPool checks NULL: the entry points that return it
+    assert (region.alloc_fn_name, region.free_fn_name) == ("mgm_alloc_async", "mgm_free_async")
     # The entry points PyTorch calls, through the addresses it was given.
     alloc_fn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p)(
         ctypes.cast(getattr(lib, "mgm_torch_alloc"), ctypes.c_void_p).value)
@@ -194,3 +202,55 @@ def test_cupy_allocations_are_ordered_on_cupys_current_stream(monkeypatch):
     import gc
     gc.collect()
     assert multigpumem.stats(6)["allocated_bytes.all.current"] == 0
+
+
+def test_numba_plugin_allocates_from_the_pool_and_refuses_ipc(monkeypatch):
+    calls = []
+
+    class HostOnly:
+        def __init__(self, context):
+            self.context = context
+
+        def reset(self):
+            calls.append("host reset")
+
+        def defer_cleanup(self):
+            import contextlib
+            calls.append("host defer")
+            return contextlib.nullcontext()
+
+    class MemoryPointer:
+        def __init__(self, context, pointer, size, finalizer=None):
+            self.context, self.pointer, self.size, self.finalizer = context, pointer, size, finalizer
+
+    driver = types.SimpleNamespace(MemoryPointer=MemoryPointer, USE_NV_BINDING=False,
+                                   MemoryInfo=lambda free, total: (free, total))
+    cuda = types.ModuleType("numba.cuda")
+    cuda.HostOnlyCUDAMemoryManager = HostOnly
+    cudadrv = types.ModuleType("numba.cuda.cudadrv")
+    cudadrv.driver = driver
+    numba = types.ModuleType("numba")
+    numba.cuda = cuda
+    monkeypatch.setitem(sys.modules, "numba", numba)
+    monkeypatch.setitem(sys.modules, "numba.cuda", cuda)
+    monkeypatch.setitem(sys.modules, "numba.cuda.cudadrv", cudadrv)
+    monkeypatch.setitem(sys.modules, "numba.cuda.cudadrv.driver", driver)
+    sys.modules.pop("multigpumem.numba", None)
+    import multigpumem.numba as mnumba
+    mnumba._manager = None
+    Manager = mnumba._numba_memory_manager  # what NUMBA_CUDA_MEMORY_MANAGER reads
+    m = Manager(types.SimpleNamespace(device=types.SimpleNamespace(id=7)))
+    assert m.interface_version == 1
+    mp = m.memalloc(2 * MiB)
+    assert isinstance(mp.pointer, ctypes.c_uint64) and mp.size == 2 * MiB
+    assert multigpumem.stats(7)["allocated_bytes.all.current"] == 2 * MiB
+    free, total = m.get_memory_info()
+    assert total > 79 * GiB
+    with pytest.raises(RuntimeError, match="cannot be shared with another process"):
+        m.get_ipc_handle(mp)
+    mp.finalizer()
+    assert multigpumem.stats(7)["allocated_bytes.all.current"] == 0
+    with m.defer_cleanup():
+        pass
+    m.reset()
+    assert calls == ["host defer", "host reset"]

@@ -400,6 +400,8 @@ void add_plan(CLI::App& app, context& ctx) {
         std::printf("  CUDA_VISIBLE_DEVICES=%zu XLA_PYTHON_CLIENT_PREALLOCATE=true XLA_CLIENT_MEM_FRACTION=%.3f  # %zu items\n", i,
                     xla_fraction(i), plan.counts[i]);
       }
+      std::printf("(JAX releases before XLA_CLIENT_MEM_FRACTION read XLA_PYTHON_CLIENT_MEM_FRACTION: set that one instead\n"
+                  " there; newer ones refuse both at once.)\n");
     }
   });
 }

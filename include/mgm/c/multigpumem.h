@@ -9,7 +9,7 @@
  * With MGM_C_SIM=PRESET (a simulated machine's preset or device list, as `mgm --sim` reads it)
  * the pools run on the simulator, judged by its oracle: for tests, and machines without a GPU.
  *
- * Errors: every function but mgm_torch_alloc never throws. One that fails returns NULL (or -1)
+ * Errors: no function but mgm_torch_alloc throws. One that fails returns NULL (or -1)
  * and sets mgm_last_error(), a message of the calling thread, valid until its next failing call.
  * Strings returned by mgm_stats_json, mgm_snapshot_json and mgm_config live in a buffer of the
  * calling thread until its next call of the same function.
@@ -62,11 +62,15 @@ MGM_C_API void mgm_free_async(void* ptr, size_t size, int device, void* stream);
 /* `ptr` is also used on `stream`: it is reused only after the work enqueued there by its free has
  * completed. 0, or -1 when no pool holds `ptr`. */
 MGM_C_API int mgm_record_stream(void* ptr, void* stream);
+/* Before destroying a stream the pools have seen: its cached blocks join the others (PyTorch's
+ * and CuPy's streams come and go). 0, or -1. */
+MGM_C_API int mgm_forget_stream(int device, void* stream);
 /* Gives every pool's idle memory back to the driver; returns the bytes released. */
 MGM_C_API size_t mgm_empty_cache(void);
-/* Caps `device`'s pool at `fraction` of the device's memory (0 < fraction <= 1): an allocation
- * that would take the pool's reserved memory past it fails (after the pool gave back its idle
- * memory). 0, or -1 for a bad fraction or device. */
+/* Caps `device`'s pool at `fraction` of the device's memory (0 <= fraction <= 1): an allocation
+ * after which the pool's reserved memory would be past it fails (after the pool gave back its
+ * idle memory). Capped allocations of a device are made one at a time; one that fails may have
+ * taken a segment past the cap for a moment. 0, or -1 for a bad fraction or device. */
 MGM_C_API int mgm_set_memory_fraction(double fraction, int device);
 /* `device`'s pool statistics as JSON, in torch.cuda.memory_stats()'s flat keys
  * ("allocated_bytes.all.current", ...) plus "mgm.*" keys; NULL on failure. */
@@ -86,8 +90,11 @@ MGM_C_API int mgm_sim_end_capture(void* stream);
  *
  * mgm_torch_alloc THROWS: PyTorch does not check a null return under change_current_allocator,
  * so a failure throws mgm::out_of_memory (a std::bad_alloc; a bad device: mgm::logic_error) with
- * the pool's message, which PyTorch turns into a Python exception. It is the one entry point that
- * throws, and must be called from C++ (as PyTorch does). */
+ * the pool's message (starting "CUDA out of memory"), which PyTorch turns into a Python exception.
+ * It is the one entry point that throws, and must be called from C++ (as PyTorch does). Under a
+ * torch.cuda.MemPool, which checks for NULL and retries, mgm_alloc_async / mgm_free_async are
+ * given instead (same signatures). A graph capture's private pool is not released under the
+ * global swap (PyTorch's pool hooks are C++-typed): its memory stays with the pool. */
 MGM_C_API void* mgm_torch_alloc(size_t size, int device, mgm_stream_t stream);
 MGM_C_API void mgm_torch_free(void* ptr, size_t size, int device, mgm_stream_t stream);
 /* set_init_fn: PyTorch may call it before any setting is made; the pools start lazily anyway. */
@@ -98,8 +105,8 @@ MGM_C_API void mgm_torch_empty_cache(void);
 MGM_C_API void mgm_torch_set_memory_fraction(double fraction, int device);
 /* set_record_stream_fn: Tensor.record_stream(stream). */
 MGM_C_API void mgm_torch_record_stream(void* ptr, mgm_stream_t stream);
-/* set_base_alloc_fn: the allocation `ptr` lies in and its size (the pointer itself: each tensor's
- * memory is its own block). */
+/* set_base_alloc_fn: the pool segment `ptr` lies in, and (in *size) that segment's size; for a
+ * pointer no pool holds, the pointer itself and 0. */
 MGM_C_API void* mgm_torch_base_alloc(void* ptr, size_t* size);
 
 #ifdef __cplusplus
