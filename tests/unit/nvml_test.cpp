@@ -2,6 +2,7 @@
 // sampler.
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/sim/machine.hpp>
+#include <mgm/partition/rebalance_driver.hpp>
 #include <mgm/telemetry/log_format.hpp>
 #include <mgm/telemetry/nvml.hpp>
 #include <mgm/telemetry/sampler.hpp>
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -225,6 +227,29 @@ TEST_CASE("nvml source: every GPU NVML sees", "[telemetry][nvml]") {
   auto sys = tel::make_system_source();
   REQUIRE(sys != nullptr);
   CHECK(sys->name() == "nvml");
+}
+
+TEST_CASE("nvml source: a GPU off the bus reads as lost, and the rebalancer's readings say it is gone", "[telemetry][nvml]") {
+  std::string lost_one = two_gpus;
+  const std::string mark = R"("temperature": 33,)";
+  lost_one.replace(lost_one.find(mark), mark.size(), R"("temperature": 33, "lost": true,)");
+  const fake_nvml_env env{fake_current.c_str(), lost_one};
+  std::shared_ptr<tel::source> src = tel::make_nvml_source();
+  REQUIRE(src != nullptr);
+  const auto batch = src->sample();
+  REQUIRE(batch.size() == 2);
+  CHECK_FALSE(batch[0].lost);
+  CHECK(batch[1].lost);  // NVML_ERROR_GPU_IS_LOST from its memory query
+  CHECK_FALSE(batch[1].memory_free.has_value());
+  const auto readings = mgm::readings_from(batch, 2);
+  CHECK(readings[0].present);
+  CHECK(readings[0].free_bytes.value() == 85520809984ULL - 566231040ULL - 4294967296ULL);
+  CHECK_FALSE(readings[1].present);
+  // Through the driver, keyed by UUID (NVML's order is not CUDA's).
+  auto read = mgm::rebalance_driver::from_source(src, 2, {batch[1].key(), batch[0].key()});
+  const auto keyed = read();
+  CHECK_FALSE(keyed[0].present);
+  CHECK(keyed[1].present);
 }
 
 TEST_CASE("system source: without NVML and without a GPU it says why", "[telemetry][nvml]") {
