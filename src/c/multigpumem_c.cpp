@@ -60,12 +60,15 @@ class pool_backend final : public backend {
   using pools_type = mgm::multi_device_pool<Upstream, true>;
 
   pool_backend(int n, typename pools_type::upstream_factory make, mgm::pool_options o, mgm::sim::machine* machine)
-      : pools_{n, std::move(make), o}, machine_{machine}, options_{std::move(o)} {}
+      : pools_{n, std::move(make), o},
+        machine_{machine},
+        judged_{machine != nullptr && machine->judging() != mgm::sim::oracle_mode::off},
+        options_{std::move(o)} {}
 
   int device_count() const override { return pools_.device_count(); }
   void* allocate(int device, std::size_t bytes, mgm::stream_ref s) override {
     auto& pool = pools_.pool(mgm::device_id{device});
-    if (machine_ != nullptr) return mgm::sim::judged{*machine_, pool}.allocate_async(bytes, mgm::cuda_allocation_alignment, s);
+    if (judged_) return mgm::sim::judged{*machine_, pool}.allocate_async(bytes, mgm::cuda_allocation_alignment, s);
     return pool.allocate_async(bytes, mgm::cuda_allocation_alignment, s);
   }
   void deallocate(int device, void* p, std::size_t bytes, mgm::stream_ref s) noexcept override {
@@ -79,7 +82,7 @@ class pool_backend final : public backend {
       return;
     }
     auto& pool = pools_.pool(mgm::device_id{device});
-    if (machine_ != nullptr) {
+    if (judged_) {
       mgm::sim::judged{*machine_, pool}.deallocate_async(p, bytes, mgm::cuda_allocation_alignment, s);
     } else {
       pool.deallocate_async(p, bytes, mgm::cuda_allocation_alignment, s);
@@ -90,7 +93,7 @@ class pool_backend final : public backend {
       if (!pools_.has_pool(mgm::device_id{d})) continue;
       auto& pool = pools_.pool(mgm::device_id{d});
       try {
-        if (machine_ != nullptr) {
+        if (judged_) {
           mgm::sim::judged{*machine_, pool}.record_stream(p, s);
         } else {
           pool.record_stream(p, s);
@@ -164,6 +167,7 @@ class pool_backend final : public backend {
  private:
   pools_type pools_;
   mgm::sim::machine* machine_;
+  bool judged_;  // on the simulator with its judge on: every hand-out reported
   mgm::pool_options options_;
 };
 
@@ -173,6 +177,7 @@ struct state {
   std::optional<mgm::sim::machine> machine;
   std::string sim_name;
   std::unique_ptr<backend> pools;
+  int devices{0};
   std::vector<std::atomic<std::size_t>> caps;  // bytes per device, from the memory fraction
   std::vector<std::atomic<double>> fractions;
   std::unique_ptr<std::mutex[]> capped;  // per device: a capped allocation checks and allocates alone
@@ -183,7 +188,11 @@ struct state {
       const char* sim = std::getenv("MGM_C_SIM");
       if (sim != nullptr && *sim != '\0') {
         sim_name = sim;
-        machine.emplace(mgm::sim::machine::from_string(sim));
+        // MGM_C_SIM_JUDGE=off: no judge (for benchmarks of the C layer itself).
+        const char* judge = std::getenv("MGM_C_SIM_JUDGE");
+        mgm::sim::machine_options mo;
+        if (judge != nullptr && std::string{judge} == "off") mo.oracle = mgm::sim::oracle_mode::off;
+        machine.emplace(mgm::sim::machine::from_string(sim, mo));
         auto* m = &*machine;
         pools = std::make_unique<pool_backend<mgm::sim::device_allocator>>(
             m->device_count(), [m](mgm::device_id d) { return m->allocator(d); }, o, m);
@@ -191,7 +200,8 @@ struct state {
         pools = std::make_unique<pool_backend<mgm::cuda_allocator>>(
             mgm::device_count(), [](mgm::device_id d) { return mgm::cuda_allocator{d}; }, o, nullptr);
       }
-      caps = std::vector<std::atomic<std::size_t>>(static_cast<std::size_t>(pools->device_count()));
+      devices = pools->device_count();
+      caps = std::vector<std::atomic<std::size_t>>(static_cast<std::size_t>(devices));
       fractions = std::vector<std::atomic<double>>(static_cast<std::size_t>(pools->device_count()));
       for (auto& c : caps) c.store(unlimited);
       for (auto& f : fractions) f.store(1.0);
@@ -220,7 +230,7 @@ state* running() {
 }
 
 bool valid_device(const state& s, int device, const char* who) noexcept {
-  if (device >= 0 && device < s.pools->device_count()) return true;
+  if (device >= 0 && device < s.devices) [[likely]] return true;
   try {
     set_error(std::string{who} + ": device " + std::to_string(device) + " is not one of the " +
             std::to_string(s.pools->device_count()) + " devices this process sees" +

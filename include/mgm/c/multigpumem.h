@@ -7,7 +7,8 @@
  * MGM_ALLOC_CONF (the keys of PYTORCH_CUDA_ALLOC_CONF it can honour are accepted; the others are
  * refused by name, with the reason, and every call then fails with that message).
  * With MGM_C_SIM=PRESET (a simulated machine's preset or device list, as `mgm --sim` reads it)
- * the pools run on the simulator, judged by its oracle: for tests, and machines without a GPU.
+ * the pools run on the simulator, judged by its oracle (MGM_C_SIM_JUDGE=off: not judged, for
+ * benchmarks): for tests, and machines without a GPU.
  *
  * Errors: no function but mgm_torch_alloc throws. One that fails returns NULL (or -1)
  * and sets mgm_last_error(), a message of the calling thread, valid until its next failing call.
