@@ -13,8 +13,12 @@ target_include_directories(multigpumem_c PUBLIC "$<BUILD_INTERFACE:${PROJECT_SOU
                                                 "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")
 target_include_directories(multigpumem_c SYSTEM PRIVATE ${MGM_NLOHMANN_JSON_INCLUDE})
 target_link_libraries(multigpumem_c PRIVATE "$<BUILD_INTERFACE:mgm_pool;mgm_sim;mgm_allocators>")
-# Nothing but the C functions leaves the library (the static layers' symbols stay inside).
-target_link_options(multigpumem_c PRIVATE "LINKER:--exclude-libs,ALL" "LINKER:--no-undefined")
+# Nothing but the C functions leaves the library (the static layers' symbols stay inside), and
+# nothing is left undefined (except under a sanitizer: its runtime comes with the executable).
+target_link_options(multigpumem_c PRIVATE "LINKER:--exclude-libs,ALL")
+if(NOT MGM_SANITIZE)
+  target_link_options(multigpumem_c PRIVATE "LINKER:--no-undefined")
+endif()
 mgm_set_warnings(multigpumem_c)
 add_library(MultiGpuMem::c ALIAS multigpumem_c)
 
