@@ -2,6 +2,8 @@
 #include <mgm/partition/partitioner.hpp>
 #include <mgm/partition/rebalancer.hpp>
 
+#include "plan_shape.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -120,11 +122,6 @@ std::vector<std::size_t> layout_order(std::size_t n, const topology* links) {
   return order;
 }
 
-double makespan_of(const std::vector<std::size_t>& counts, const std::vector<partition_device>& d) {
-  double m = 0.0;
-  for (std::size_t i = 0; i < counts.size(); ++i) m = std::max(m, static_cast<double>(counts[i]) / d[i].throughput);
-  return m;
-}
 
 }  // namespace
 
@@ -246,13 +243,7 @@ partition_plan partition(const partition_request& r, const topology* links) {
     }
   }
   plan.order = layout_order(n, links);
-  plan.ranges.assign(n, {0, 0});
-  std::size_t begin = 0;
-  for (const std::size_t i : plan.order) {
-    plan.ranges[i] = {begin, begin + plan.counts[i]};
-    begin += plan.counts[i];
-  }
-  plan.makespan = makespan_of(plan.counts, r.devices);
+  detail::shape_plan(plan, r.devices);
   return plan;
 }
 
@@ -276,7 +267,7 @@ rebalance_plan rebalance(const partition_plan& previous, const partition_request
   for (const auto c : previous.counts) prev_total += c;
   bool overflow = prev_total != now.items;
   for (std::size_t i = 0; i < next.capacity.size() && !overflow; ++i) overflow = previous.counts[i] > next.capacity[i];
-  const double previous_makespan = makespan_of(previous.counts, now.devices);
+  const double previous_makespan = detail::makespan_of(previous.counts, now.devices);
   if (!overflow && next.makespan >= previous_makespan * (1.0 - hysteresis)) {
     out.plan = previous;
     out.plan.capacity = next.capacity;

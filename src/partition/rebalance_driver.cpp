@@ -107,7 +107,7 @@ struct rebalance_driver::impl {
     }
     e.message = d.plan.reason;
     for (const auto& note : d.notes) e.message += "; " + note;
-    if (d.moved) {
+    if (d.moved()) {
       std::string error;
       try {
         if (on_change) on_change(d);

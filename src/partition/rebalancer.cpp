@@ -1,6 +1,9 @@
 #include <mgm/error.hpp>
 #include <mgm/partition/rebalancer.hpp>
 
+#include "../detail/fmt.hpp"
+#include "plan_shape.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,32 +19,7 @@ std::string gpu_name(std::size_t i) { return "GPU" + std::to_string(i); }
 std::string items_text(std::size_t n) { return std::to_string(n) + (n == 1 ? " item" : " items"); }
 
 std::string percent(std::size_t part, std::size_t whole) {
-  const double p = whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
-  char out[32];
-  std::snprintf(out, sizeof out, "%.1f %%", p);
-  return out;
-}
-
-double makespan(const std::vector<std::size_t>& counts, const std::vector<partition_device>& devices) {
-  double m = 0.0;
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    if (counts[i] != 0) m = std::max(m, static_cast<double>(counts[i]) / devices[i].throughput);
-  }
-  return m;
-}
-
-// The plan `base` with other counts: its layout order kept, the ranges laid out again.
-partition_plan with_counts(const partition_plan& base, std::vector<std::size_t> counts,
-                           const std::vector<partition_device>& devices) {
-  partition_plan p = base;
-  p.counts = std::move(counts);
-  std::size_t begin = 0;
-  for (const std::size_t i : p.order) {
-    p.ranges[i] = {begin, begin + p.counts[i]};
-    begin += p.counts[i];
-  }
-  p.makespan = makespan(p.counts, devices);
-  return p;
+  return fmt::format("{:.1f} %", whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole));
 }
 
 // Costs in microseconds per GB, as integers: the flow's sums are then exact.
@@ -158,9 +136,10 @@ std::vector<partition_move> route_moves(const std::vector<std::size_t>& surplus,
     }
   }
   // The fastest routes first: a caller that runs them in order frees the crowded GPUs soonest.
-  std::stable_sort(moves.begin(), moves.end(), [&](const partition_move& a, const partition_move& b) {
-    return integer_cost(links, a.from, a.to) < integer_cost(links, b.from, b.to);
-  });
+  std::vector<std::pair<std::int64_t, partition_move>> by_cost;
+  for (auto& m : moves) by_cost.emplace_back(integer_cost(links, m.from, m.to), std::move(m));
+  std::stable_sort(by_cost.begin(), by_cost.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (std::size_t k = 0; k < moves.size(); ++k) moves[k] = std::move(by_cost[k].second);
   return moves;
 }
 
@@ -255,7 +234,6 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   // A GPU that comes back still holding items of the plan lost them with it (no plan could take
   // them while it was gone): they are rebuilt where they are, now, before anything else.
   if (!rebuild.empty()) {
-    out.moved = true;
     out.plan.plan = plan_;
     out.plan.kept = false;
     std::size_t total = 0;
@@ -283,7 +261,7 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   bool large = differ >= threshold;
   bool slow_gain = false;  // under the throughput policy: a different plan, not a faster enough one
   if (large && !lost_items && request_.policy == partition_policy::throughput) {
-    large = candidate.makespan < makespan(plan_.counts, now.devices) * (1.0 - options_.min_change);
+    large = candidate.makespan < detail::makespan_of(plan_.counts, now.devices) * (1.0 - options_.min_change);
     slow_gain = !large;
   }
   const bool urgent = lost_items || !overflowing.empty();
@@ -303,12 +281,10 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
     pending_ = 0;
     if (differ == 0) return stay("the plan matches the GPUs");
     if (slow_gain) {
-      const double now_ms = makespan(plan_.counts, now.devices);
+      const double now_ms = detail::makespan_of(plan_.counts, now.devices);
       const double gain = now_ms > 0 ? 100.0 * (1.0 - candidate.makespan / now_ms) : 0.0;
-      char text[96];
-      std::snprintf(text, sizeof text, "the best plan is %.1f %% faster, under the %.1f %% that moves", gain,
-                    100.0 * options_.min_change);
-      return stay(text);
+      return stay(fmt::format("the best plan is {:.1f} % faster, under the {:.1f} % that moves", gain,
+                              100.0 * options_.min_change));
     }
     return stay("the plan from free memory differs by " + items_text(differ) + " (" + percent(differ, request_.items) +
                 "), under the " + percent(threshold, request_.items) + " that moves");
@@ -327,36 +303,25 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
 
   // The target: the new plan for a large change; otherwise (an overflow alone) the fewest items
   // off the overflowing GPUs, into the room the others have (whole counts only when the plan's
-  // granularity is 1; in units the new plan is taken).
-  std::vector<std::size_t> target = candidate.counts;
-  partition_plan base = candidate;
-  if (!large && request_.granularity == 1) {
-    target = plan_.counts;
-    std::vector<std::size_t> surplus(n, 0);
-    std::vector<std::size_t> room(n, 0);
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t cap = std::min(candidate.capacity[i], now.devices[i].max_items);
-      if (plan_.counts[i] > cap) {
-        surplus[i] = plan_.counts[i] - cap;
-      } else {
-        room[i] = cap - plan_.counts[i];
-      }
-    }
-    const auto fix = route_moves(surplus, room, links);
-    for (const auto& m : fix) {
-      target[m.from] -= m.items;
-      target[m.to] += m.items;
-    }
-    base = plan_;
-    base.capacity = candidate.capacity;
-  }
+  // granularity is 1; in units the new plan is taken). Either way one routing gives the moves.
+  const bool fix_only = !large && request_.granularity == 1;
   std::vector<std::size_t> surplus(n, 0);
   std::vector<std::size_t> room(n, 0);
   for (std::size_t i = 0; i < n; ++i) {
-    if (plan_.counts[i] > target[i]) surplus[i] = plan_.counts[i] - target[i];
-    if (plan_.counts[i] < target[i]) room[i] = target[i] - plan_.counts[i];
+    const std::size_t to = fix_only ? std::min(candidate.capacity[i], now.devices[i].max_items) : candidate.counts[i];
+    if (plan_.counts[i] > to) {
+      surplus[i] = plan_.counts[i] - to;
+    } else if (fix_only || plan_.counts[i] < to) {
+      room[i] = to - plan_.counts[i];
+    }
   }
   auto moves = route_moves(surplus, room, links);
+  std::vector<std::size_t> target = plan_.counts;
+  for (const auto& m : moves) {
+    target[m.from] -= m.items;
+    target[m.to] += m.items;
+  }
+  partition_plan base = fix_only ? plan_ : candidate;
   for (auto& m : moves) m.from_lost = gone_[m.from];
 
   // Items that came one way go back only after the cooldown, unless the GPUs force it.
@@ -391,9 +356,10 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   }
   for (const auto& m : moves) moved_at_[{m.from, m.to}] = step_;
   pending_ = 0;
-  plan_ = with_counts(base, target, now.devices);
-  plan_.capacity = candidate.capacity;
-  out.moved = true;
+  base.counts = std::move(target);
+  base.capacity = candidate.capacity;
+  detail::shape_plan(base, now.devices);
+  plan_ = std::move(base);
   out.plan.plan = plan_;
   out.plan.moves = std::move(moves);
   out.plan.kept = false;

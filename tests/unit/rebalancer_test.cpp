@@ -182,7 +182,7 @@ TEST_CASE("rebalancer: overflows fixed with the fewest moves, against brute forc
     std::size_t over = 0;
     for (std::size_t i = 0; i < 4; ++i) over += before[i] > cap[i] ? before[i] - cap[i] : 0;
     if (total_cap < items) {
-      REQUIRE_FALSE(d.moved);  // nothing fits: nothing moves
+      REQUIRE_FALSE(d.moved());  // nothing fits: nothing moves
       continue;
     }
     // Brute force: the fewest items that must leave a GPU for every count to fit.
@@ -200,8 +200,8 @@ TEST_CASE("rebalancer: overflows fixed with the fewest moves, against brute forc
       }
     }
     REQUIRE(over == fewest);  // the overflow itself is the least that must move
-    REQUIRE(d.moved == (over > 0));
-    if (!d.moved) continue;
+    REQUIRE(d.moved() == (over > 0));
+    if (!d.moved()) continue;
     std::size_t moved = 0;
     for (const auto& m : d.plan.moves) moved += m.items;
     REQUIRE(moved == fewest);
@@ -245,7 +245,7 @@ TEST_CASE("rebalancer: a large change goes to the new plan, no item moving twice
       now[i] = free[i] > held + tenant ? free[i] - held - tenant : 0;
     }
     const auto d = r.step(readings(now));
-    if (!d.moved) continue;
+    if (!d.moved()) continue;
     ++moved_rounds;
     const auto& after = d.plan.plan.counts;
     REQUIRE(std::accumulate(after.begin(), after.end(), std::size_t{0}) == items);
@@ -288,7 +288,7 @@ TEST_CASE("rebalancer: Gaussian noise and periodic spikes in a flat run move not
         if (t % 25 == static_cast<int>(i)) f -= 0.3 * static_cast<double>(free[i]);  // a one-reading spike
         now[i] = static_cast<std::size_t>(std::max(0.0, f));
       }
-      if (r.step(readings(now)).moved) ++moves;
+      if (r.step(readings(now)).moved()) ++moves;
     }
     return moves;
   };
@@ -317,13 +317,13 @@ TEST_CASE("rebalancer: a tenant arrives (items leave within two readings), leave
     return r.step(readings(now));
   };
   const auto start = r.plan().counts;
-  REQUIRE_FALSE(read().moved);
+  REQUIRE_FALSE(read().moved());
   tenant = 48 * GiB;  // 60 % of GPU1
   const auto first = read();
-  REQUIRE_FALSE(first.moved);
+  REQUIRE_FALSE(first.moved());
   REQUIRE_THAT(first.plan.reason, Catch::Contains("1 of 2 readings"));
   const auto second = read();
-  REQUIRE(second.moved);
+  REQUIRE(second.moved());
   REQUIRE(second.plan.plan.counts[1] < start[1]);
   for (const auto& m : second.plan.moves) {
     REQUIRE(m.from == 1);
@@ -337,7 +337,7 @@ TEST_CASE("rebalancer: a tenant arrives (items leave within two readings), leave
   std::uint64_t returned = 0;
   for (int t = 0; t < 12 && returned == 0; ++t) {
     const auto d = read();
-    if (d.moved) {
+    if (d.moved()) {
       returned = d.step;
       for (const auto& m : d.plan.moves) REQUIRE(m.to == 1);
       REQUIRE(d.plan.plan.counts == start);
@@ -358,13 +358,13 @@ TEST_CASE("rebalancer: a lost GPU's items are re-placed at once; a missing readi
   auto now = readings(total);
   now[2].free_bytes.reset();
   const auto missing = r.step(now);
-  REQUIRE_FALSE(missing.moved);
+  REQUIRE_FALSE(missing.moved());
   REQUIRE(missing.notes.size() == 1);
   REQUIRE_THAT(missing.notes[0], Catch::Contains("GPU2: no memory reading"));
   now = readings(total);
   now[3].present = false;
   const auto lost = r.step(now);
-  REQUIRE(lost.moved);  // no hold for a GPU that is gone
+  REQUIRE(lost.moved());  // no hold for a GPU that is gone
   REQUIRE(lost.lost == std::vector<std::size_t>{3});
   REQUIRE(lost.plan.plan.counts[3] == 0);
   std::size_t rebuilt = 0;
@@ -376,7 +376,7 @@ TEST_CASE("rebalancer: a lost GPU's items are re-placed at once; a missing readi
   REQUIRE(rebuilt == start[3]);
   REQUIRE(r.gone()[3]);
   // It stays gone without moving again; when it is back it may take items again.
-  REQUIRE_FALSE(r.step(now).moved);
+  REQUIRE_FALSE(r.step(now).moved());
   const auto back = r.step(readings(total));
   REQUIRE_THAT(back.notes.front(), Catch::Contains("GPU3 is back"));
   REQUIRE_FALSE(r.gone()[3]);
@@ -490,16 +490,16 @@ TEST_CASE("rebalancer: review cases (items lost with no room, a first missing re
   auto now = readings({8 * GiB, 8 * GiB, 8 * GiB});
   now[2].present = false;
   const auto nowhere = r.step(now);
-  REQUIRE_FALSE(nowhere.moved);
+  REQUIRE_FALSE(nowhere.moved());
   REQUIRE_THAT(nowhere.plan.reason, Catch::Contains("8 items of lost GPUs fit nowhere"));
   const auto back = r.step(readings({8 * GiB, 8 * GiB, 8 * GiB}));
-  REQUIRE(back.moved);
+  REQUIRE(back.moved());
   REQUIRE(back.plan.moves.size() == 1);
   REQUIRE(back.plan.moves[0].from == 2);
   REQUIRE(back.plan.moves[0].to == 2);
   REQUIRE(back.plan.moves[0].from_lost);
   REQUIRE(back.plan.moves[0].items == 8);
-  REQUIRE_FALSE(r.step(readings({8 * GiB, 8 * GiB, 8 * GiB})).moved);
+  REQUIRE_FALSE(r.step(readings({8 * GiB, 8 * GiB, 8 * GiB})).moved());
 
   // Readings that count the job's items: a GPU without a first reading is not given the job's
   // share twice (the start readings were taken before the items were in place).
@@ -508,7 +508,7 @@ TEST_CASE("rebalancer: review cases (items lost with no room, a first missing re
   mgm::rebalancer two{job({40 * GiB, 40 * GiB}, 40, GiB), held};
   std::vector<mgm::gpu_reading> gpu1_silent{{true, 20 * GiB, std::nullopt}, {true, std::nullopt, std::nullopt}};
   const auto silent = two.step(gpu1_silent);
-  REQUIRE_FALSE(silent.moved);
+  REQUIRE_FALSE(silent.moved());
   REQUIRE_THAT(silent.plan.reason, Catch::Contains("matches"));
 
   // Overheads carried into the last readings: two senders fill a GPU that held nothing; a step
@@ -520,11 +520,11 @@ TEST_CASE("rebalancer: review cases (items lost with no room, a first missing re
   const auto c = three.plan().counts;
   const auto free_now = [&](std::size_t i, std::size_t total) { return total - c[i] * GiB - (c[i] != 0 ? 2 * GiB : 0); };
   const auto grew = three.step(readings({free_now(0, 30 * GiB), free_now(1, 30 * GiB), 30 * GiB}));
-  REQUIRE(grew.moved);
+  REQUIRE(grew.moved());
   REQUIRE(grew.plan.moves.size() == 2);  // GPU0 and GPU1 both send to GPU2
   std::vector<mgm::gpu_reading> none(3, mgm::gpu_reading{true, std::nullopt, std::nullopt});
   const auto blind = three.step(none);
-  REQUIRE_FALSE(blind.moved);
+  REQUIRE_FALSE(blind.moved());
   REQUIRE_THAT(blind.plan.reason, Catch::Contains("matches"));
 
   // The throughput policy: another plan that is not faster says so. GPU0 must hold 500 items and
@@ -542,7 +542,7 @@ TEST_CASE("rebalancer: review cases (items lost with no room, a first missing re
   std::vector<mgm::gpu_reading> traded{{true, 80 * GiB, 1.0}, {true, 80 * GiB, 1.0}, {true, 80 * GiB, 19.0}};
   const auto small_gain = tp.step(traded);
   INFO(small_gain.plan.reason);
-  REQUIRE_FALSE(small_gain.moved);
+  REQUIRE_FALSE(small_gain.moved());
   REQUIRE_THAT(small_gain.plan.reason, Catch::Contains("% faster, under the 20.0 %"));
 
   // rebalance() with fewer items than the previous plan: the surplus beyond the deficits is dropped.

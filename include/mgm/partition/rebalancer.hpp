@@ -67,10 +67,11 @@ struct rebalancer_options {
 /// @brief What one step decided.
 struct rebalance_decision {
   std::uint64_t step{0};             ///< 1 for the first step
-  bool moved{false};
   rebalance_plan plan;               ///< the plan to run now, its moves (empty when it stays) and reason
   std::vector<std::size_t> lost;     ///< GPUs gone at this step (items on them are re-placed)
   std::vector<std::string> notes;    ///< what else the step saw: readings missing, a plan that fits nowhere
+  /// @brief Whether the step made moves (the plan was not kept).
+  [[nodiscard]] bool moved() const noexcept { return !plan.kept; }
 };
 
 /// @brief The cost of moving one byte from `from` to `to`, in seconds per GB: NVLink and PCIe
