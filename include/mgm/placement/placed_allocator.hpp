@@ -126,9 +126,9 @@ class placed_allocator {
     return it->second.where;
   }
 
-  /// @brief Moves spilled buffers whose reader has room again back to it; returns what moved.
-  /// The copies run on `stream` and are done when it returns (the allocator's lock is held
-  /// meanwhile: other allocations wait for them).
+  /// @brief Moves spilled buffers whose reader has room again (above its reserve) back to it, as
+  /// `migrate` moves one; returns what moved. The copies run on `stream` and are done when it
+  /// returns (the allocator's lock is held meanwhile: other allocations wait for them).
   std::vector<moved_buffer> rebalance(stream_ref stream = {}) {
     const std::lock_guard lock{mutex_};
     std::vector<moved_buffer> moved;
@@ -137,25 +137,11 @@ class placed_allocator {
       if (e.where.is_host() || e.where.device != e.reader) candidates.push_back(p);
     }
     for (void* p : candidates) {
-      placed e = live_.at(p);
+      const placed e = live_.at(p);
       const auto h = headroom(e.reader);
       if (!h || *h < e.bytes) continue;
-      void* fresh = nullptr;
-      try {
-        fresh = pools_.pool(e.reader).allocate(e.bytes);
-      } catch (const std::bad_alloc&) {
-        continue;
-      }
-      try {
-        copy(fresh, e.reader, p, e.where.device, e.bytes, stream);
-      } catch (...) {
-        pools_.pool(e.reader).deallocate(fresh, e.bytes);
-        throw;
-      }
-      release(e, p, e.bytes);
-      live_.erase(p);
-      live_.emplace(fresh, placed{{e.reader, links_.gpu(e.reader).numa_node}, e.reader, e.bytes});
-      moved.push_back({p, fresh, e.bytes, e.where, e.reader});
+      void* fresh = move_to(p, e.reader, stream);
+      if (fresh != nullptr) moved.push_back({p, fresh, e.bytes, e.where, e.reader});
     }
     return moved;
   }
@@ -177,24 +163,12 @@ class placed_allocator {
       it->second.reader = to;
       return p;
     }
-    live_.reserve(live_.size() + 1);  // the re-keyed entry below then needs no allocation
-    void* fresh = allocate_within_reserve(to, e.bytes);
+    void* fresh = move_to(p, to, stream);
     if (fresh == nullptr) {
       throw out_of_memory{"placed_allocator::migrate: GPU" + std::to_string(to.value()) + " has no room for " +
                               mgm::detail::describe_bytes(e.bytes) + " above its reserve",
                           e.bytes};
     }
-    try {
-      copy(fresh, to, p, e.where.device, e.bytes, stream);
-    } catch (...) {
-      pools_.pool(to).deallocate(fresh, e.bytes);
-      throw;
-    }
-    auto node = live_.extract(it);
-    node.key() = fresh;
-    node.mapped() = placed{{to, links_.gpu(to).numa_node}, to, e.bytes};
-    live_.insert(std::move(node));
-    release(e, p, e.bytes);
     ++stats_.migrations;
     return fresh;
   }
@@ -228,6 +202,29 @@ class placed_allocator {
     device_id reader;
     std::size_t bytes;
   };
+
+  // Moves the live buffer `p` to GPU `to`, which reads it from then on: memory above `to`'s reserve,
+  // the copy, the entry re-keyed, the old memory freed. nullptr (nothing changed) when `to` has no
+  // room; a failing copy frees the new memory and rethrows. The lock is held.
+  void* move_to(void* p, device_id to, stream_ref stream) {
+    live_.reserve(live_.size() + 1);  // first (it may rehash): the re-keyed entry then needs no allocation
+    const auto it = live_.find(p);
+    const placed e = it->second;
+    void* fresh = allocate_within_reserve(to, e.bytes);
+    if (fresh == nullptr) return nullptr;
+    try {
+      copy(fresh, to, p, e.where.device, e.bytes, stream);
+    } catch (...) {
+      pools_.pool(to).deallocate(fresh, e.bytes);
+      throw;
+    }
+    auto node = live_.extract(it);
+    node.key() = fresh;
+    node.mapped() = placed{{to, links_.gpu(to).numa_node}, to, e.bytes};
+    live_.insert(std::move(node));
+    release(e, p, e.bytes);
+    return fresh;
+  }
 
   // The platform's copy, peer to peer where the pair can be connected: CUDA copies between GPUs
   // directly only once peer access is enabled (else it stages through host memory).
