@@ -178,9 +178,15 @@ struct state {
   std::string sim_name;
   std::unique_ptr<backend> pools;
   int devices{0};
-  std::vector<std::atomic<std::size_t>> caps;  // bytes per device, from the memory fraction
-  std::vector<std::atomic<double>> fractions;
-  std::unique_ptr<std::mutex[]> capped;  // per device: a capped allocation checks and allocates alone
+  // A device's memory fraction. `cap` is read without the lock on every allocation; a capped
+  // allocation, and a change of the fraction, take the lock (a capped allocation checks and
+  // allocates alone, and sees the fraction and its cap as one pair).
+  struct device_limit {
+    std::atomic<std::size_t> cap{unlimited};
+    std::mutex mutex;
+    double fraction{1.0};  // under `mutex`
+  };
+  std::unique_ptr<device_limit[]> limits;
 
   state() {
     try {
@@ -201,11 +207,7 @@ struct state {
             mgm::device_count(), [](mgm::device_id d) { return mgm::cuda_allocator{d}; }, o, nullptr);
       }
       devices = pools->device_count();
-      caps = std::vector<std::atomic<std::size_t>>(static_cast<std::size_t>(devices));
-      fractions = std::vector<std::atomic<double>>(static_cast<std::size_t>(pools->device_count()));
-      for (auto& c : caps) c.store(unlimited);
-      for (auto& f : fractions) f.store(1.0);
-      capped = std::make_unique<std::mutex[]>(caps.size());
+      limits = std::make_unique<device_limit[]>(static_cast<std::size_t>(devices));
     } catch (const std::exception& e) {
       failure = std::string{"libmultigpumem_c cannot start: "} + e.what();
       pools.reset();
@@ -240,29 +242,26 @@ bool valid_device(const state& s, int device, const char* who) noexcept {
   return false;
 }
 
-std::string describe_bytes(std::size_t n) { return mgm::detail::describe_bytes(n); }
-
 // An allocation, or an exception: the shared path of mgm_alloc_async and mgm_torch_alloc.
 void* allocate_or_throw(state& s, std::size_t size, int device, mgm::stream_ref stream) {
-  const auto d = static_cast<std::size_t>(device);
-  const std::size_t cap = s.caps[d].load(std::memory_order_relaxed);
-  if (cap == unlimited) return s.pools->allocate(device, size, stream);
-  const auto over = [&] {
-    return static_cast<std::size_t>(s.pools->statistics(device).reserved_bytes.current) > cap;
-  };
+  auto& limit = s.limits[static_cast<std::size_t>(device)];
+  if (limit.cap.load(std::memory_order_relaxed) == unlimited) [[likely]] return s.pools->allocate(device, size, stream);
   // Capped allocations of one device check and allocate one at a time, so that one thread's
   // attempt never fails another's that fits (frees may still come in between: they only help).
-  const std::lock_guard alone{s.capped[d]};
+  const std::lock_guard alone{limit.mutex};
+  const std::size_t cap = limit.cap.load(std::memory_order_relaxed);
+  const auto reserved = [&] { return static_cast<std::size_t>(s.pools->statistics(device).reserved_bytes.current); };
   for (int attempt = 0; attempt < 2; ++attempt) {
     void* p = s.pools->allocate(device, size, stream);
-    if (!over()) return p;
+    if (reserved() <= cap) return p;
     s.pools->deallocate(device, p, size, stream);
     (void)s.pools->release(device);
   }
+  using mgm::detail::describe_bytes;
   const auto st = s.pools->statistics(device);
   throw mgm::out_of_memory{"GPU" + std::to_string(device) + ": " + describe_bytes(size) + " would take the pool past its " +
-                               "memory fraction " + std::to_string(s.fractions[d].load()) + " (" + describe_bytes(cap) +
-                               " of " + describe_bytes(s.pools->total_bytes(device)) + "); it holds " +
+                               "memory fraction " + std::to_string(limit.fraction) + " (" + describe_bytes(cap) + " of " +
+                               describe_bytes(s.pools->total_bytes(device)) + "); it holds " +
                                describe_bytes(static_cast<std::size_t>(st.reserved_bytes.current)) + ", " +
                                describe_bytes(static_cast<std::size_t>(st.allocated_bytes.current)) + " of it in use",
                            size};
@@ -342,6 +341,13 @@ auto guarded(const char* who, F&& f, decltype(f()) on_error) noexcept -> decltyp
     set_error(std::string{who} + ": an unknown exception");
   }
   return on_error;
+}
+
+int capture(void* stream, bool begin) noexcept {
+  state* s = running();
+  if (s == nullptr) return -1;
+  return guarded(begin ? "mgm_sim_begin_capture" : "mgm_sim_end_capture", [&] { return s->pools->capture(stream, begin); },
+                 -1);
 }
 
 }  // namespace
@@ -457,10 +463,11 @@ MGM_C_API int mgm_set_memory_fraction(double fraction, int device) {
   return guarded(
       "mgm_set_memory_fraction",
       [&] {
-        const auto d = static_cast<std::size_t>(device);
+        auto& limit = s->limits[static_cast<std::size_t>(device)];
         const double total = static_cast<double>(s->pools->total_bytes(device));
-        s->fractions[d].store(fraction);
-        s->caps[d].store(fraction >= 1.0 ? unlimited : static_cast<std::size_t>(fraction * total));
+        const std::lock_guard lock{limit.mutex};
+        limit.fraction = fraction;
+        limit.cap.store(fraction >= 1.0 ? unlimited : static_cast<std::size_t>(fraction * total));
         return 0;
       },
       -1);
@@ -498,17 +505,9 @@ MGM_C_API void* mgm_sim_create_stream(int device) {
   return guarded("mgm_sim_create_stream", [&] { return s->pools->create_stream(device); }, static_cast<void*>(nullptr));
 }
 
-MGM_C_API int mgm_sim_begin_capture(void* stream) {
-  state* s = running();
-  if (s == nullptr) return -1;
-  return guarded("mgm_sim_begin_capture", [&] { return s->pools->capture(stream, true); }, -1);
-}
+MGM_C_API int mgm_sim_begin_capture(void* stream) { return capture(stream, true); }
 
-MGM_C_API int mgm_sim_end_capture(void* stream) {
-  state* s = running();
-  if (s == nullptr) return -1;
-  return guarded("mgm_sim_end_capture", [&] { return s->pools->capture(stream, false); }, -1);
-}
+MGM_C_API int mgm_sim_end_capture(void* stream) { return capture(stream, false); }
 
 // ---- PyTorch ----------------------------------------------------------------------------------
 
