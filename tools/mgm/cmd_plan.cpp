@@ -214,10 +214,23 @@ void add_plan(CLI::App& app, context& ctx) {
     };
     const std::size_t reserve = size_option("--reserve", o->reserve);
     const std::size_t overhead = size_option("--overhead", o->overhead);
+    mgm::partition_device each;  // every GPU's reserve and overhead
+    each.reserve_bytes = reserve;
+    each.overhead_bytes = overhead;
+    // The request's devices: one per free-memory figure, with --throughput's values in order.
+    const auto add_devices = [&](const std::vector<std::size_t>& free, const std::string& gpus) {
+      if (!o->throughput.empty() && o->throughput.size() != free.size()) {
+        throw tool_error{exit_bad_input, "--throughput has " + std::to_string(o->throughput.size()) + " values for " +
+                                             std::to_string(free.size()) + " " + gpus};
+      }
+      for (std::size_t i = 0; i < free.size(); ++i) {
+        auto d = each;
+        d.free_bytes = free[i];
+        if (!o->throughput.empty()) d.throughput = o->throughput[i];
+        r.devices.push_back(d);
+      }
+    };
     if (!o->prometheus.empty()) {
-      mgm::partition_device each;
-      each.reserve_bytes = reserve;
-      each.overhead_bytes = overhead;
       const double timeout_s = parse_duration(o->timeout).count();
       if (!(timeout_s > 0)) throw tool_error{exit_bad_input, "--timeout must be more than 0 s"};
       const cluster_plan_options co{o->prometheus, o->selector, o->node_label, o->policy, ctx.json, timeout_s};
@@ -227,18 +240,13 @@ void add_plan(CLI::App& app, context& ctx) {
       }
       std::string source;
       const auto gpus = read_cluster_gpus(co, source);
-      if (!o->throughput.empty() && o->throughput.size() != gpus.size()) {
-        throw tool_error{exit_bad_input, "--throughput has " + std::to_string(o->throughput.size()) + " values for the " +
-                                             std::to_string(gpus.size()) + " GPUs of the cluster"};
-      }
       std::vector<std::string> ids;
-      for (std::size_t i = 0; i < gpus.size(); ++i) {
-        auto d = each;
-        d.free_bytes = gpus[i].free_bytes;
-        if (!o->throughput.empty()) d.throughput = o->throughput[i];
-        r.devices.push_back(d);
-        ids.push_back(gpus[i].id());
+      std::vector<std::size_t> free;
+      for (const auto& g : gpus) {
+        ids.push_back(g.id());
+        free.push_back(g.free_bytes);
       }
+      add_devices(free, "GPUs of the cluster");
       // Each reading asks Prometheus again. A GPU whose series is missing has no reading (its last
       // one stands: a scrape can fail once); missing three readings in a row, it is lost.
       constexpr int misses_for_lost = 3;
@@ -283,19 +291,9 @@ void add_plan(CLI::App& app, context& ctx) {
         labels.push_back("GPU" + std::to_string(s->cuda_ordinal.value_or(s->index)));
         keys.push_back(s->key());
       }
-      if (!o->throughput.empty() && o->throughput.size() != labels.size()) {
-        throw tool_error{exit_bad_input, "--throughput has " + std::to_string(o->throughput.size()) + " values for " +
-                                             std::to_string(labels.size()) + " GPUs"};
-      }
-      const auto readings = mgm::readings_from(first, labels.size(), keys);
-      for (std::size_t i = 0; i < labels.size(); ++i) {
-        mgm::partition_device d;
-        d.free_bytes = readings[i].free_bytes.value_or(0);
-        d.reserve_bytes = reserve;
-        d.overhead_bytes = overhead;
-        if (!o->throughput.empty()) d.throughput = o->throughput[i];
-        r.devices.push_back(d);
-      }
+      std::vector<std::size_t> free;
+      for (const auto& reading : mgm::readings_from(first, labels.size(), keys)) free.push_back(reading.free_bytes.value_or(0));
+      add_devices(free, "GPUs");
       std::optional<mgm::topology> links;
       if (machine) {
         links = machine->machine.links();
@@ -308,18 +306,7 @@ void add_plan(CLI::App& app, context& ctx) {
       return;
     }
     const machine_view v = view_of(ctx);
-    if (!o->throughput.empty() && o->throughput.size() != v.free_bytes.size()) {
-      throw tool_error{exit_bad_input, "--throughput has " + std::to_string(o->throughput.size()) + " values for " +
-                                           std::to_string(v.free_bytes.size()) + " GPUs"};
-    }
-    for (std::size_t i = 0; i < v.free_bytes.size(); ++i) {
-      mgm::partition_device d;
-      d.free_bytes = v.free_bytes[i];
-      d.reserve_bytes = reserve;
-      d.overhead_bytes = overhead;
-      if (!o->throughput.empty()) d.throughput = o->throughput[i];
-      r.devices.push_back(d);
-    }
+    add_devices(v.free_bytes, "GPUs");
     mgm::partition_plan plan;
     try {
       plan = mgm::partition(r, &v.links);

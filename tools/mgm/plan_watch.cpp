@@ -4,6 +4,8 @@
 #include "live_source.hpp"
 #include "mgm_tool.hpp"
 
+#include <mgm/telemetry/log_format.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -20,13 +22,6 @@ std::string local_time(mgm::telemetry::clock::time_point t) {
   const std::time_t s = mgm::telemetry::clock::to_time_t(t);
   char out[32];
   std::strftime(out, sizeof out, "%Y-%m-%d %H:%M:%S", std::localtime(&s));
-  return out;
-}
-
-std::string iso_time(mgm::telemetry::clock::time_point t) {
-  const std::time_t s = mgm::telemetry::clock::to_time_t(t);
-  char out[32];
-  std::strftime(out, sizeof out, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&s));
   return out;
 }
 
@@ -57,7 +52,7 @@ void watch_plan(const watch_options& o, const mgm::partition_request& r, const s
   if (o.json) {
     nlohmann::ordered_json line;
     line["event"] = "plan";
-    line["time"] = iso_time(now);
+    line["time"] = mgm::telemetry::format_iso_time(now);
     line["items"] = r.items;
     line["bytes_per_item"] = r.bytes_per_item;
     line["interval_s"] = o.interval_s;
@@ -85,7 +80,7 @@ void watch_plan(const watch_options& o, const mgm::partition_request& r, const s
     if (o.json) {
       nlohmann::ordered_json line;
       line["event"] = std::string{mgm::kind_name(e.what)};
-      line["time"] = iso_time(e.time);
+      line["time"] = mgm::telemetry::format_iso_time(e.time);
       line["reading"] = e.turn;
       line["reason"] = failed ? e.message : e.decision.plan.reason;
       if (!e.decision.notes.empty()) line["notes"] = e.decision.notes;
