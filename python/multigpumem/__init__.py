@@ -25,8 +25,14 @@ __all__ = ["alloc", "free", "record_stream", "forget_stream", "empty_cache", "se
            "dump_snapshot", "device_count", "memory_info", "config", "library_path"]
 
 
+_devices = None  # the device count, fixed for the process
+
+
 def _check_device(device):
-    n = device_count()
+    global _devices
+    if _devices is None:
+        _devices = device_count()
+    n = _devices
     if not isinstance(device, int) or device < 0 or device >= n:
         raise ValueError("multigpumem: device %r is not one of the %d devices this process sees" % (device, n))
 

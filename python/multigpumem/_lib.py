@@ -48,6 +48,7 @@ def _declare(lib):
         "mgm_sim_create_stream": (c_void_p, [c_int]),
         "mgm_sim_begin_capture": (c_int, [c_void_p]),
         "mgm_sim_end_capture": (c_int, [c_void_p]),
+        "mgm_sim_enqueue": (c_int, [c_void_p, ctypes.c_ulonglong]),
     }
     for name, (restype, argtypes) in table.items():
         f = getattr(lib, name)

@@ -12,8 +12,6 @@ cupy.get_default_memory_pool()'s figures no longer apply: use multigpumem.stats.
 """
 import multigpumem
 
-from . import _lib
-
 
 def _cupy():
     try:
@@ -34,7 +32,7 @@ class _Block:
 
     def __del__(self):
         if self.ptr:
-            _lib.library().mgm_free_async(self.ptr, self.size, self.device, self.stream or None)
+            multigpumem.free(self.ptr, self.size, self.device, self.stream)
             self.ptr = 0
 
 

@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -51,6 +53,7 @@ class backend {
   [[nodiscard]] virtual std::size_t free_bytes(int device) const = 0;
   [[nodiscard]] virtual void* create_stream(int device) = 0;
   virtual int capture(void* stream, bool begin) = 0;
+  virtual int enqueue(void* stream, std::uint64_t nanoseconds) = 0;
   [[nodiscard]] virtual std::string describe() const = 0;
 };
 
@@ -160,6 +163,14 @@ class pool_backend final : public backend {
     } else {
       (void)machine_->end_capture(s);  // the graph is not launched: its memory stays the capture's
     }
+    return 0;
+  }
+  int enqueue(void* stream, std::uint64_t nanoseconds) override {
+    if (machine_ == nullptr) {
+      set_error("mgm_sim_enqueue: the library runs on CUDA (MGM_C_SIM is not set)");
+      return -1;
+    }
+    machine_->enqueue(mgm::stream_ref{static_cast<cudaStream_t>(stream)}, std::chrono::nanoseconds{nanoseconds});
     return 0;
   }
   std::string describe() const override { return options_.to_string(); }
@@ -508,6 +519,12 @@ MGM_C_API void* mgm_sim_create_stream(int device) {
 MGM_C_API int mgm_sim_begin_capture(void* stream) { return capture(stream, true); }
 
 MGM_C_API int mgm_sim_end_capture(void* stream) { return capture(stream, false); }
+
+MGM_C_API int mgm_sim_enqueue(void* stream, unsigned long long nanoseconds) {
+  state* s = running();
+  if (s == nullptr) return -1;
+  return guarded("mgm_sim_enqueue", [&] { return s->pools->enqueue(stream, nanoseconds); }, -1);
+}
 
 // ---- PyTorch ----------------------------------------------------------------------------------
 

@@ -162,14 +162,29 @@ TEST_CASE("C ABI: record_stream, a graph capture, size 0, base_alloc", "[c_abi]"
   const auto c = open_library();
   void* s1 = c.create_stream(0);
   void* s2 = c.create_stream(0);
+  auto enqueue = c.get<int(void*, unsigned long long)>("mgm_sim_enqueue");
+  // Without record_stream, a block freed on its own stream is reused there at once.
+  void* first = c.alloc(MiB, 0, s1);
+  c.free(first, MiB, 0, s1);
+  REQUIRE(c.alloc(MiB, 0, s1) == first);
+  c.free(first, MiB, 0, s1);
+  // Used on s2 as well, behind 1 ms of work there: the free waits for that work, so the next
+  // allocation gets other memory.
   void* p = c.alloc(MiB, 0, s1);
-  REQUIRE(p != nullptr);
+  REQUIRE(p == first);
+  REQUIRE(enqueue(s2, 1'000'000) == 0);
   REQUIRE(c.record_stream(p, s2) == 0);
-  c.torch_record_stream(p, static_cast<mgm_stream_t>(s2));
+  c.free(p, MiB, 0, s1);
+  void* next = c.alloc(MiB, 0, s1);
+  REQUIRE(next != nullptr);
+  REQUIRE(next != p);
+  c.free(next, MiB, 0, s1);
+  void* t = c.alloc(MiB, 0, s1);
+  c.torch_record_stream(t, static_cast<mgm_stream_t>(s2));  // the hook PyTorch calls
+  c.free(t, MiB, 0, s1);
   int outside = 0;
   REQUIRE(c.record_stream(&outside, s2) == -1);
   REQUIRE(std::string{c.last_error()}.find("no pool holds") != std::string::npos);
-  c.free(p, MiB, 0, s1);
   // torch.cuda.graph allocates mid-capture: from the capture's private pool.
   void* g = c.create_stream(1);
   REQUIRE(c.begin_capture(g) == 0);
@@ -226,6 +241,33 @@ TEST_CASE("C ABI: a memory fraction fails allocations readably, and torch_alloc 
   void* small = c.alloc(64 * MiB, 2, nullptr);  // under the fraction: fine
   REQUIRE(small != nullptr);
   c.torch_free(small, 64 * MiB, 2, nullptr);
+  // Under the cap, one thread's failing requests never fail another's that fit.
+  void* held = c.alloc(512 * MiB, 2, nullptr);
+  REQUIRE(held != nullptr);
+  std::atomic<bool> done{false};
+  std::atomic<int> small_failures{0};
+  std::atomic<int> greedy_got{0};  // (Catch's REQUIRE is for the main thread only)
+  std::thread greedy{[&] {
+    while (!done.load()) {
+      if (void* g = c.alloc(400 * MiB, 2, nullptr)) {
+        greedy_got.fetch_add(1);
+        c.free(g, 400 * MiB, 2, nullptr);
+      }
+    }
+  }};
+  for (int i = 0; i < 2000; ++i) {
+    void* q = c.alloc(MiB, 2, nullptr);
+    if (q == nullptr) {
+      small_failures.fetch_add(1);
+    } else {
+      c.free(q, MiB, 2, nullptr);
+    }
+  }
+  done.store(true);
+  greedy.join();
+  REQUIRE(greedy_got.load() == 0);
+  REQUIRE(small_failures.load() == 0);
+  c.free(held, 512 * MiB, 2, nullptr);
   REQUIRE(c.set_fraction(1.0, 2) == 0);
   void* big = c.alloc(GiB, 2, nullptr);
   REQUIRE(big != nullptr);

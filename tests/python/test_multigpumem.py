@@ -46,6 +46,22 @@ def test_alloc_free_stats_and_snapshot_agree():
     assert multigpumem.empty_cache() > 0
 
 
+def test_record_stream_holds_a_block_until_the_other_streams_work_is_done():
+    lib = _lib.library()
+    s1, s2 = lib.mgm_sim_create_stream(1), lib.mgm_sim_create_stream(1)
+    p = multigpumem.alloc(MiB, 1, s1)
+    multigpumem.free(p, MiB, 1, s1)
+    assert multigpumem.alloc(MiB, 1, s1) == p  # reused at once on its own stream
+    assert lib.mgm_sim_enqueue(s2, 1_000_000) == 0
+    multigpumem.record_stream(p, s2)
+    multigpumem.free(p, MiB, 1, s1)
+    q = multigpumem.alloc(MiB, 1, s1)
+    assert q != p  # p waits for s2's work
+    multigpumem.free(q, MiB, 1, s1)
+    with pytest.raises(ValueError, match="no pool holds"):
+        multigpumem.record_stream(12345, s2)
+
+
 def test_dump_snapshot_pickles_for_memory_viz(tmp_path):
     p = multigpumem.alloc(MiB, 3)
     out = tmp_path / "snap.pickle"

@@ -85,6 +85,9 @@ MGM_C_API void* mgm_sim_create_stream(int device);
  * torch.cuda.graph does (allocations during it come from the capture's private pool). 0, or -1. */
 MGM_C_API int mgm_sim_begin_capture(void* stream);
 MGM_C_API int mgm_sim_end_capture(void* stream);
+/* Simulator only: `nanoseconds` of work on a stream of mgm_sim_create_stream (a kernel), so that
+ * stream order can be seen: memory freed behind it waits for it. 0, or -1. */
+MGM_C_API int mgm_sim_enqueue(void* stream, unsigned long long nanoseconds);
 
 /* PyTorch's CUDAPluggableAllocator (torch.cuda.memory.change_current_allocator). The signatures
  * are those PyTorch casts the pointers to: the free takes the device, whatever its docstring says.
