@@ -104,6 +104,33 @@ concept vmm_ops = std::copyable<V> &&
                     v.set_access(va, bytes, readers);
                   };
 
+/// @brief How a virtual-memory seam creates physical memory.
+enum class vmm_sharing {
+  /// No handle types, at the minimum granularity: memory only this process can map.
+  process_local,
+  /// POSIX file descriptors, plus fabric handles where the device supports them (created again
+  /// without them when the driver refuses, as NCCL does), GPUDirect RDMA where supported, at the
+  /// recommended granularity. These are NCCL's rules for registering user buffers
+  /// (`ncclCommRegister`, its "qualified allocator"), and what another process needs to map the
+  /// memory (`export_handle`, `import_handle`).
+  shareable,
+};
+
+/// @brief A virtual-memory seam whose physical memory other processes can map.
+///
+/// | call               | meaning                                                                 |
+/// |--------------------|-------------------------------------------------------------------------|
+/// | `sharing()`        | how `create` makes memory; only `shareable` memory can be exported      |
+/// | `export_handle(h)` | a new POSIX file descriptor for `h`, the caller's to close              |
+/// | `import_handle(fd)`| a handle here for memory another process exported; `fd` stays the       |
+/// |                    | caller's. Map it, give access, and `release` it as one's own            |
+template <class V>
+concept shareable_vmm_ops = vmm_ops<V> && requires(V& v, typename V::physical_handle h, int fd) {
+  { v.sharing() } -> std::same_as<vmm_sharing>;
+  { v.export_handle(h) } -> std::same_as<int>;
+  { v.import_handle(fd) } -> std::same_as<typename V::physical_handle>;
+};
+
 /// @brief Seam 3: peer access between devices.
 ///
 /// | call                      | meaning                                                            |

@@ -11,6 +11,11 @@ Frameworks, each a module that imports without its framework installed:
     multigpumem.cupy.use()         CuPy: allocations on CuPy's current stream
     NUMBA_CUDA_MEMORY_MANAGER=multigpumem.numba    Numba's external memory manager
 
+Sharing a block with another process (the pools' memory made shareable: MGM_ALLOC_CONF=shareable:True):
+    token = multigpumem.ipc_export(p, device=0)    # a str: pickle it, send it
+    q = multigpumem.ipc_import(token, device=0)    # in the other process: the same memory
+    multigpumem.ipc_close(q)                       # there, when done; then ipc_unexport(p) or free here
+
 MGM_ALLOC_CONF sets the pool's options (PYTORCH_CUDA_ALLOC_CONF's keys it can honour are taken, the
 others refused by name); MGM_C_SIM=PRESET runs the pools on a simulated machine; MGM_C_LIBRARY
 names the library where it is not next to this package.
@@ -22,7 +27,8 @@ import pickle
 from . import _lib
 
 __all__ = ["alloc", "free", "record_stream", "forget_stream", "empty_cache", "set_memory_fraction", "stats", "snapshot",
-           "dump_snapshot", "device_count", "memory_info", "config", "library_path"]
+           "dump_snapshot", "device_count", "memory_info", "config", "library_path", "ipc_export", "ipc_unexport",
+           "ipc_import", "ipc_close"]
 
 
 _devices = None  # the device count, fixed for the process
@@ -125,3 +131,36 @@ def dump_snapshot(path, device=0):
     """Writes the snapshot pickled, as PyTorch's memory_viz (pytorch.org/memory_viz) opens it."""
     with open(path, "wb") as f:
         pickle.dump(snapshot(device), f)
+
+
+def ipc_export(ptr, device=0):
+    """A token (str) naming the live allocation `ptr` of `device`'s pool for another process
+    (ipc_import). Its descriptors stay open here until ipc_unexport(ptr) or the block's free; keep
+    the block allocated until every importer has closed it. Needs MGM_ALLOC_CONF=shareable:True."""
+    _check_device(device)
+    t = _lib.library().mgm_ipc_export(ptr, device)
+    if t is None:
+        raise ValueError(_lib.last_error())
+    return t.decode()
+
+
+def ipc_unexport(ptr):
+    """Closes the descriptors of ptr's token (later imports of it fail)."""
+    if _lib.library().mgm_ipc_unexport(ptr) != 0:
+        raise ValueError(_lib.last_error())
+
+
+def ipc_import(token, device=0):
+    """In another process: the block `token` names, mapped for `device` (this process's ordinal
+    of the GPU). Returns its address; close it with ipc_close."""
+    _check_device(device)
+    p = _lib.library().mgm_ipc_import(token.encode() if isinstance(token, str) else token, device)
+    if not p:
+        raise OSError(_lib.last_error())
+    return p
+
+
+def ipc_close(ptr):
+    """Unmaps a block of ipc_import."""
+    if _lib.library().mgm_ipc_close(ptr) != 0:
+        raise ValueError(_lib.last_error())

@@ -49,6 +49,10 @@ def _declare(lib):
         "mgm_sim_begin_capture": (c_int, [c_void_p]),
         "mgm_sim_end_capture": (c_int, [c_void_p]),
         "mgm_sim_enqueue": (c_int, [c_void_p, ctypes.c_ulonglong]),
+        "mgm_ipc_export": (c_char_p, [c_void_p, c_int]),
+        "mgm_ipc_unexport": (c_int, [c_void_p]),
+        "mgm_ipc_import": (c_void_p, [c_char_p, c_int]),
+        "mgm_ipc_close": (c_int, [c_void_p]),
     }
     for name, (restype, argtypes) in table.items():
         f = getattr(lib, name)

@@ -4,9 +4,10 @@
     (or numba.cuda.set_memory_manager(multigpumem.numba.manager()) before any context exists)
 
 Device memory comes from the pool, on the default stream (Numba's interface has no stream);
-host and pinned memory stay Numba's own. get_ipc_handle refuses: pooled blocks are not exported
-yet (their segments are process-local), so buffers to share between processes need Numba's own
-allocator.
+host and pinned memory stay Numba's own. get_ipc_handle exports the pooled block (its chunks'
+descriptors, through multigpumem.ipc_export) when the pools' memory is shareable
+(MGM_ALLOC_CONF=shareable:True), and says so when it is not. The handle pickles as a token, and
+opens in the other process with multigpumem.ipc_import; the exporter keeps the array alive meanwhile.
 """
 import contextlib
 
@@ -49,9 +50,16 @@ def manager():
             return driver.MemoryInfo(free=free, total=total)
 
         def get_ipc_handle(self, memory):
-            raise RuntimeError("multigpumem.numba: memory of the pool cannot be shared with another process yet "
-                               "(its segments are process-local, and exporting pooled blocks is not built); "
-                               "allocate buffers to share with Numba's own allocator")
+            # A view's owner is the allocation the pool handed out; the view lies at an offset in it.
+            base = getattr(memory, "owner", memory)
+            base_ptr = _pointer_value(base)
+            offset = _pointer_value(memory) - base_ptr
+            device = self.context.device.id
+            try:
+                token = multigpumem.ipc_export(base_ptr, device)
+            except ValueError as e:
+                raise RuntimeError("multigpumem.numba: this memory cannot be shared with another process: %s" % e) from e
+            return ipc_handle_class()(base, token, memory.size, device, offset)
 
         def reset(self):
             super().reset()  # Numba's host allocations
@@ -68,6 +76,53 @@ def manager():
 
     _manager = MultiGpuMemNumbaManager
     return _manager
+
+
+def _pointer_value(memory):
+    v = getattr(memory, "device_pointer_value", None)
+    if v is None:
+        p = memory.device_pointer
+        v = int(p) if not hasattr(p, "value") else p.value
+    return v or 0
+
+
+_ipc_class = None
+
+
+def ipc_handle_class():
+    """numba.cuda's IpcHandle over a pooled block: pickled as our token, opened with ipc_import."""
+    global _ipc_class
+    if _ipc_class is not None:
+        return _ipc_class
+    _, driver = _numba_cuda()
+
+    class MultiGpuMemIpcHandle(driver.IpcHandle):
+        def __init__(self, base, token, size, device, offset=0):
+            super().__init__(base, token, size, source_info=None, offset=offset)
+            self.token, self.device = token, device
+            self._mapped = None
+
+        def open(self, context):
+            if self._mapped is not None:
+                raise ValueError("IpcHandle is already opened")
+            self._mapped = multigpumem.ipc_import(self.token, context.device.id)
+            return driver.MemoryPointer(context, device_pointer(driver, self._mapped + self.offset), self.size)
+
+        def close(self):
+            if self._mapped is None:
+                raise ValueError("IpcHandle not opened")
+            multigpumem.ipc_close(self._mapped)
+            self._mapped = None
+
+        def __reduce__(self):
+            return (_rebuild_ipc_handle, (self.token, self.size, self.device, self.offset))
+
+    _ipc_class = MultiGpuMemIpcHandle
+    return _ipc_class
+
+
+def _rebuild_ipc_handle(token, size, device, offset):
+    return ipc_handle_class()(None, token, size, device, offset)
 
 
 def device_pointer(driver, ptr):

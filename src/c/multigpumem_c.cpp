@@ -7,7 +7,9 @@
 #include <mgm/device.hpp>
 #include <mgm/error.hpp>
 #include <mgm/log.hpp>
+#include <mgm/pool/imported_block.hpp>
 #include <mgm/pool/multi_device_pool.hpp>
+#include <mgm/pool/shared_block.hpp>
 #include <mgm/pool/pool_options.hpp>
 #include <mgm/sim/judged.hpp>
 #include <mgm/sim/machine.hpp>
@@ -20,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -55,6 +58,12 @@ class backend {
   virtual int capture(void* stream, bool begin) = 0;
   virtual int enqueue(void* stream, std::uint64_t nanoseconds) = 0;
   [[nodiscard]] virtual std::string describe() const = 0;
+  // Shareable memory: a token for another process (the descriptors stay open until unexport or
+  // the block's free), the block of a token mapped here, and that mapping's end.
+  [[nodiscard]] virtual std::string export_token(void* p, int device) = 0;
+  virtual bool unexport(const void* p) = 0;  // false: p was not exported
+  [[nodiscard]] virtual void* import_token(const char* token, int device) = 0;
+  virtual bool close_import(const void* p) = 0;  // false: p is no import
 };
 
 template <class Upstream>
@@ -62,8 +71,11 @@ class pool_backend final : public backend {
  public:
   using pools_type = mgm::multi_device_pool<Upstream, true>;
 
+  using vmm_type = typename Upstream::vmm_ops_type;
+
   pool_backend(int n, typename pools_type::upstream_factory make, mgm::pool_options o, mgm::sim::machine* machine)
-      : pools_{n, std::move(make), o},
+      : make_{make},
+        pools_{n, std::move(make), o},
         machine_{machine},
         judged_{machine != nullptr && machine->judging() != mgm::sim::oracle_mode::off},
         options_{std::move(o)} {}
@@ -75,6 +87,7 @@ class pool_backend final : public backend {
     return pool.allocate_async(bytes, mgm::cuda_allocation_alignment, s);
   }
   void deallocate(int device, void* p, std::size_t bytes, mgm::stream_ref s) noexcept override {
+    if (exported_.load(std::memory_order_relaxed) != 0) [[unlikely]] (void)unexport(p);  // a free ends its export
     if (!pools_.has_pool(mgm::device_id{device})) {  // nothing was allocated there: never make a pool to free
       try {
         mgm::log(mgm::log_level::error, "mgm_free_async(" + mgm::detail::describe_address(p) + ", " + std::to_string(bytes) +
@@ -175,11 +188,50 @@ class pool_backend final : public backend {
   }
   std::string describe() const override { return options_.to_string(); }
 
+  std::string export_token(void* p, int device) override {
+    mgm::shared_block block = pools_.pool(mgm::device_id{device}).export_block(p);
+    std::string token = mgm::shared_block_token(block);
+    const std::lock_guard lock{ipc_mutex_};
+    exports_.insert_or_assign(p, std::move(block));  // a second export of p replaces the first
+    exported_.store(exports_.size(), std::memory_order_relaxed);
+    return token;
+  }
+  bool unexport(const void* p) override {
+    const std::lock_guard lock{ipc_mutex_};
+    const bool found = exports_.erase(p) != 0;
+    exported_.store(exports_.size(), std::memory_order_relaxed);
+    return found;
+  }
+  void* import_token(const char* token, int device) override {
+    mgm::shared_block block = mgm::open_shared_block_token(token);
+    // The memory is mapped for this process's ordinal of the GPU (visible devices may differ).
+    block.device = mgm::device_id{device};
+    auto made = std::make_unique<mgm::imported_block<vmm_type>>(make_(mgm::device_id{device}).vmm_ops(), block);
+    void* p = made->get();
+    const std::lock_guard lock{ipc_mutex_};
+    imports_.emplace(p, std::move(made));
+    return p;
+  }
+  bool close_import(const void* p) override {
+    std::unique_ptr<mgm::imported_block<vmm_type>> gone;  // unmapped with no lock held
+    const std::lock_guard lock{ipc_mutex_};
+    const auto it = imports_.find(p);
+    if (it == imports_.end()) return false;
+    gone = std::move(it->second);
+    imports_.erase(it);
+    return true;
+  }
+
  private:
+  typename pools_type::upstream_factory make_;
   pools_type pools_;
   mgm::sim::machine* machine_;
   bool judged_;  // on the simulator with its judge on: every hand-out reported
   mgm::pool_options options_;
+  std::mutex ipc_mutex_;
+  std::map<const void*, mgm::shared_block> exports_;  // the descriptors a token names
+  std::atomic<std::size_t> exported_{0};              // exports_.size(), read by every free
+  std::map<const void*, std::unique_ptr<mgm::imported_block<vmm_type>>> imports_;
 };
 
 // The process's pools, made on the first call.
@@ -202,6 +254,7 @@ struct state {
   state() {
     try {
       const mgm::pool_options o = mgm::pool_options::from_env();
+      const auto sharing = o.shareable ? mgm::vmm_sharing::shareable : mgm::vmm_sharing::process_local;
       const char* sim = std::getenv("MGM_C_SIM");
       if (sim != nullptr && *sim != '\0') {
         sim_name = sim;
@@ -212,10 +265,10 @@ struct state {
         machine.emplace(mgm::sim::machine::from_string(sim, mo));
         auto* m = &*machine;
         pools = std::make_unique<pool_backend<mgm::sim::device_allocator>>(
-            m->device_count(), [m](mgm::device_id d) { return m->allocator(d); }, o, m);
+            m->device_count(), [m, sharing](mgm::device_id d) { return m->allocator(d, sharing); }, o, m);
       } else {
         pools = std::make_unique<pool_backend<mgm::cuda_allocator>>(
-            mgm::device_count(), [](mgm::device_id d) { return mgm::cuda_allocator{d}; }, o, nullptr);
+            mgm::device_count(), [sharing](mgm::device_id d) { return mgm::cuda_allocator{d, sharing}; }, o, nullptr);
       }
       devices = pools->device_count();
       limits = std::make_unique<device_limit[]>(static_cast<std::size_t>(devices));
@@ -577,6 +630,55 @@ MGM_C_API void* mgm_torch_base_alloc(void* ptr, size_t* size) {
   }
   if (size != nullptr) *size = 0;
   return ptr;
+}
+
+MGM_C_API const char* mgm_ipc_export(void* ptr, int device) {
+  thread_local std::string out;
+  state* s = running();
+  if (s == nullptr || !valid_device(*s, device, "mgm_ipc_export")) return nullptr;
+  return guarded(
+      "mgm_ipc_export",
+      [&]() -> const char* {
+        out = s->pools->export_token(ptr, device);
+        return out.c_str();
+      },
+      static_cast<const char*>(nullptr));
+}
+
+MGM_C_API int mgm_ipc_unexport(void* ptr) {
+  state* s = running();
+  if (s == nullptr) return -1;
+  return guarded(
+      "mgm_ipc_unexport",
+      [&] {
+        if (s->pools->unexport(ptr)) return 0;
+        set_error("mgm_ipc_unexport: " + mgm::detail::describe_address(ptr) + " is not exported");
+        return -1;
+      },
+      -1);
+}
+
+MGM_C_API void* mgm_ipc_import(const char* token, int device) {
+  state* s = running();
+  if (s == nullptr || !valid_device(*s, device, "mgm_ipc_import")) return nullptr;
+  if (token == nullptr) {
+    set_error("mgm_ipc_import: no token");
+    return nullptr;
+  }
+  return guarded("mgm_ipc_import", [&] { return s->pools->import_token(token, device); }, static_cast<void*>(nullptr));
+}
+
+MGM_C_API int mgm_ipc_close(void* ptr) {
+  state* s = running();
+  if (s == nullptr) return -1;
+  return guarded(
+      "mgm_ipc_close",
+      [&] {
+        if (s->pools->close_import(ptr)) return 0;
+        set_error("mgm_ipc_close: " + mgm::detail::describe_address(ptr) + " is not a block mgm_ipc_import mapped");
+        return -1;
+      },
+      -1);
 }
 
 }  // extern "C"

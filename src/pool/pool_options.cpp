@@ -73,9 +73,11 @@ pool_options pool_options::parse(std::string_view conf) {
       const std::size_t colon = item.find(':');
       if (colon == std::string_view::npos) fail(conf, column, "expected key:value");
       const std::string_view name = item.substr(0, colon);
-      if (name == "expandable_segments" || name == "check_invariants") {
+      if (name == "expandable_segments" || name == "check_invariants" || name == "shareable") {
         const std::string_view value = item.substr(colon + 1);
-        bool& flag = name == "expandable_segments" ? o.expandable_segments : o.check_invariants;
+        bool& flag = name == "expandable_segments" ? o.expandable_segments
+                     : name == "shareable"         ? o.shareable
+                                                   : o.check_invariants;
         if (value == "True" || value == "true" || value == "1") {
           flag = true;
         } else if (value == "False" || value == "false" || value == "0") {
@@ -97,7 +99,8 @@ pool_options pool_options::parse(std::string_view conf) {
       if (k == nullptr) {
         std::string known;
         for (const auto& candidate : keys) known += (known.empty() ? "" : ", ") + std::string{candidate.name};
-        fail(conf, column, "unknown option '" + std::string{name} + "'; the options are " + known + ", expandable_segments");
+        fail(conf, column, "unknown option '" + std::string{name} + "'; the options are " + known +
+                                   ", expandable_segments, shareable, check_invariants");
       }
       const std::string_view value = item.substr(colon + 1);
       if (value == "unlimited" || value == "none") {
@@ -151,6 +154,7 @@ std::string pool_options::to_string() const {
   }
   out += ",expandable_segments:";
   out += expandable_segments ? "True" : "False";
+  if (shareable) out += ",shareable:True";
   if (check_invariants) out += ",check_invariants:True";
   return out;
 }

@@ -8,6 +8,7 @@
 #include <mgm/sim/machine.hpp>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -96,6 +97,9 @@ machine_state::machine_state(std::vector<device_spec> specs, topology topo, std:
 
 machine_state::~machine_state() {
   for (auto& [va, r] : reservations) ::munmap(reinterpret_cast<void*>(va), r.first);
+  for (auto& [h, p] : physical) {
+    if (p.fd >= 0) ::close(p.fd);
+  }
   for (auto& dev : devices) {
     ::munmap(dev->base, dev->capacity);
     for (auto& [p, mapping] : dev->overflow) ::munmap(mapping.first, mapping.second);
@@ -375,6 +379,11 @@ device_allocator machine::allocator(device_id d) const {
   return device_allocator{state_.get(), d};
 }
 
+device_allocator machine::allocator(device_id d, vmm_sharing sharing) const {
+  (void)state_->device(d);
+  return device_allocator{state_.get(), d, sharing};
+}
+
 memory_info machine::memory(device_id d) const {
   const auto& dev = state_->device(d);
   const std::lock_guard lock{dev.mutex};
@@ -508,7 +517,7 @@ void machine::synchronize(device_id d) {
 }
 
 sim::stream_ops machine::streams() const noexcept { return sim::stream_ops{state_.get()}; }
-sim::vmm_ops machine::vmm() const noexcept { return sim::vmm_ops{state_.get()}; }
+sim::vmm_ops machine::vmm(vmm_sharing sharing) const noexcept { return sim::vmm_ops{state_.get(), sharing}; }
 sim::peer_ops machine::peers() const noexcept { return sim::peer_ops{state_.get()}; }
 fault_plan machine::faults(device_id d) const {
   (void)state_->device(d);

@@ -185,12 +185,15 @@ struct physical_allocation {
   std::size_t bytes;
   std::size_t mappings{0};
   bool released{false};
+  int fd{-1};             // shareable memory: the memfd behind it (closed when it is freed)
+  bool imported{false};   // another process's memory: charged to no device here
 };
 
 struct mapping {
   std::size_t bytes;
   std::uint64_t handle;
   std::vector<device_id> readers{};  // set by set_access
+  bool shared{false};                // a memfd mapped over the reservation (restored on unmap)
 };
 
 struct stream_key {
@@ -245,6 +248,9 @@ class machine_state {
   // A virtual-memory rule broken: listed; thrown as stream_hazard when enforcing, else as the
   // driver's cuda_error (`cudaErrorInvalidValue`) when `may_throw`.
   void vmm_breach(const std::string& what, device_id d, std::uintptr_t va, std::size_t bytes, bool may_throw);
+  // Frees a physical allocation no mapping uses: its device's charge (unless imported), its memfd.
+  // Call with vmm_mutex held.
+  void free_physical(std::unordered_map<std::uint64_t, physical_allocation>::iterator it);
 
   // Captures: may the calling thread make a potentially unsafe call now? When not, the
   // captures it interferes with are invalidated and cuda_error is thrown.

@@ -9,9 +9,15 @@
 #include <mgm/sim/stream_ops.hpp>
 #include <mgm/sim/vmm_ops.hpp>
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <string_view>
 #include <cstring>
 #include <utility>
 #include <string>
@@ -170,6 +176,22 @@ capture_mode stream_ops::exchange_capture_mode(capture_mode mode) noexcept {
 namespace {
 constexpr std::size_t granule = vmm_ops::granule_bytes;
 
+// Shareable memory is a memfd named after its device, so that an importer knows whose it is.
+constexpr std::string_view memfd_prefix = "mgm-sim-device-";
+
+// A descriptor closed on scope exit unless released.
+struct fd_guard {
+  int fd{-1};
+  fd_guard() = default;
+  explicit fd_guard(int f) noexcept : fd{f} {}
+  fd_guard(const fd_guard&) = delete;
+  fd_guard& operator=(const fd_guard&) = delete;
+  ~fd_guard() {
+    if (fd >= 0) ::close(fd);
+  }
+  int release() noexcept { return std::exchange(fd, -1); }
+};
+
 std::string granular_problem(std::uintptr_t va, std::size_t bytes, const char* call) {
   if (bytes == 0 || bytes % granule != 0 || va % granule != 0) {
     return std::string{call} + "(" + detail::hex(va) + ", " + std::to_string(bytes) +
@@ -178,6 +200,21 @@ std::string granular_problem(std::uintptr_t va, std::size_t bytes, const char* c
   return {};
 }
 }  // namespace
+
+namespace {
+// A shared mapping's range becomes reserved address space again (anonymous, inaccessible).
+void restore_reservation(void* va, std::size_t bytes) noexcept {
+  if (::mmap(va, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED) {
+    std::abort();  // the range would be left to whatever the kernel puts there next
+  }
+}
+}  // namespace
+
+void detail::machine_state::free_physical(std::unordered_map<std::uint64_t, physical_allocation>::iterator it) {
+  if (!it->second.imported) uncharge(it->second.device, it->second.bytes);
+  if (it->second.fd >= 0) ::close(it->second.fd);
+  physical.erase(it);
+}
 
 bool vmm_ops::supported(device_id d) {
   (void)machine_->device(d);
@@ -253,6 +290,15 @@ vmm_ops::physical_handle vmm_ops::create(device_id d, std::size_t bytes) {
   }
   machine_->check_unsafe_call("cuMemCreate");
   const detail::bookkeeping_timer timer{dev};
+  fd_guard memory;  // shareable: the pages, in a memfd another process can map
+  if (sharing_ == vmm_sharing::shareable) {
+    const std::string name = std::string{memfd_prefix} + std::to_string(d.value());
+    memory.fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
+    if (memory.fd < 0 || ::ftruncate(memory.fd, static_cast<off_t>(bytes)) != 0) {
+      throw bad_alloc{"sim vmm: cannot make " + format_bytes(bytes) + " of shareable memory (memfd: " +
+                      std::strerror(errno) + ")"};
+    }
+  }
   const std::lock_guard vmm_lock{machine_->vmm_mutex};
   // A host bad_alloc leaves the device as it was: the table's node is made first.
   decltype(machine_->physical) staging;
@@ -276,6 +322,7 @@ vmm_ops::physical_handle vmm_ops::create(device_id d, std::size_t bytes) {
   }
   const auto h = machine_->next_handle++;
   node.key() = h;
+  node.mapped().fd = memory.release();
   machine_->physical.insert(std::move(node));
   return h;
 }
@@ -303,8 +350,7 @@ void vmm_ops::release(physical_handle h) noexcept {
         problem = "release of handle " + std::to_string(h) + " while " + std::to_string(it->second.mappings) +
                   " mapping(s) still use it; a handle is released only after it is unmapped";
       } else {
-        machine_->uncharge(it->second.device, it->second.bytes);
-        machine_->physical.erase(it);
+        machine_->free_physical(it);
       }
     }
   } catch (const std::exception& e) {
@@ -340,8 +386,18 @@ void vmm_ops::map(void* va, std::size_t bytes, physical_handle h) {
     } else {
       auto& dev = machine_->device(owner);
       const detail::bookkeeping_timer timer{dev};
-      // Mapped memory stays inaccessible (PROT_NONE) until set_access, as on a GPU.
-      machine_->mappings.emplace(base, detail::mapping{bytes, h});
+      // Mapped memory stays inaccessible (PROT_NONE) until set_access, as on a GPU. Shareable
+      // memory's pages are its memfd's, mapped over the reservation.
+      const bool shared = p->second.fd >= 0;
+      if (shared && ::mmap(va, bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, p->second.fd, 0) == MAP_FAILED) {
+        throw bad_alloc{"sim vmm: cannot map shareable memory (mmap: " + std::string{std::strerror(errno)} + ")"};
+      }
+      try {
+        machine_->mappings.emplace(base, detail::mapping{bytes, h, {}, shared});
+      } catch (...) {
+        if (shared) restore_reservation(va, bytes);
+        throw;
+      }
       ++p->second.mappings;
       const std::lock_guard dev_lock{dev.mutex};
       machine_->charge(dev, driver_call::map, machine_->costs.map_us);
@@ -377,13 +433,17 @@ void vmm_ops::unmap(void* va, std::size_t bytes) noexcept {
       owner = machine_->physical.at(it->second.handle).device;
       auto& dev = machine_->device(owner);
       const detail::bookkeeping_timer timer{dev};
-      ::madvise(va, bytes, MADV_DONTNEED);
-      ::mprotect(va, bytes, PROT_NONE);
       while (it != machine_->mappings.end() && it->first < base + bytes) {
+        void* at = reinterpret_cast<void*>(it->first);
+        if (it->second.shared) {
+          restore_reservation(at, it->second.bytes);
+        } else {
+          ::madvise(at, it->second.bytes, MADV_DONTNEED);
+          ::mprotect(at, it->second.bytes, PROT_NONE);
+        }
         auto p = machine_->physical.find(it->second.handle);
         if (p != machine_->physical.end() && --p->second.mappings == 0 && p->second.released) {
-          machine_->uncharge(p->second.device, p->second.bytes);
-          machine_->physical.erase(p);
+          machine_->free_physical(p);
         }
         it = machine_->mappings.erase(it);
       }
@@ -464,6 +524,62 @@ std::size_t vmm_ops::mapped_bytes(device_id d) {
     if (p != machine_->physical.end() && p->second.device == d) n += m.bytes;
   }
   return n;
+}
+
+int vmm_ops::export_handle(physical_handle h) {
+  const std::lock_guard lock{machine_->vmm_mutex};
+  const auto it = machine_->physical.find(h);
+  if (it == machine_->physical.end() || it->second.released) {
+    throw cuda_error{cudaErrorInvalidValue, "sim vmm: export_handle of unknown or released handle " + std::to_string(h)};
+  }
+  if (it->second.fd < 0) {
+    throw logic_error{"sim vmm: export_handle: this memory was created process-local (use vmm_sharing::shareable)"};
+  }
+  const int fd = ::fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) throw bad_alloc{"sim vmm: export_handle: no descriptor left (" + std::string{std::strerror(errno)} + ")"};
+  return fd;
+}
+
+vmm_ops::physical_handle vmm_ops::import_handle(int fd) {
+  // The descriptor must be a sim memfd of whole granules; its name says whose device it is.
+  const auto invalid = [fd](const std::string& why) {
+    return cuda_error{cudaErrorInvalidValue, "sim vmm: import_handle(" + std::to_string(fd) + "): " + why};
+  };
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) throw invalid("not an open descriptor");
+  char target[256] = {};
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+  const std::string_view name{target, n > 0 ? static_cast<std::size_t>(n) : 0};
+  const std::string_view memfd = "/memfd:";
+  if (!name.starts_with(memfd) || !name.substr(memfd.size()).starts_with(memfd_prefix)) {
+    throw invalid("not shareable simulated device memory (" + std::string{name} + ")");
+  }
+  int ordinal = -1;
+  const std::string_view digits = name.substr(memfd.size() + memfd_prefix.size());
+  if (std::from_chars(digits.data(), digits.data() + digits.size(), ordinal).ec != std::errc{} || ordinal < 0) {
+    throw invalid("its name names no device (" + std::string{name} + ")");
+  }
+  const auto bytes = static_cast<std::size_t>(st.st_size);
+  if (bytes == 0 || bytes % granule != 0) {
+    throw invalid("its size, " + std::to_string(bytes) + " bytes, is not a non-zero multiple of the 2 MiB granule");
+  }
+  const device_id d{ordinal};
+  if (ordinal >= static_cast<int>(machine_->devices.size())) {
+    throw invalid("it is memory of device " + std::to_string(ordinal) + ", which this machine (" +
+                  std::to_string(machine_->devices.size()) + " devices) does not have");
+  }
+  fd_guard own{::fcntl(fd, F_DUPFD_CLOEXEC, 0)};
+  if (own.fd < 0) throw bad_alloc{"sim vmm: import_handle: no descriptor left (" + std::string{std::strerror(errno)} + ")"};
+  const std::lock_guard lock{machine_->vmm_mutex};
+  detail::physical_allocation p{d, bytes};
+  p.fd = own.fd;
+  p.imported = true;
+  const auto h = machine_->next_handle;
+  machine_->physical.emplace(h, p);
+  ++machine_->next_handle;
+  (void)own.release();
+  return h;
 }
 
 // ---- peer access ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <functional>
 #include <cstdlib>
@@ -53,6 +54,10 @@ struct c_abi {
   decltype(&mgm_torch_free) torch_free{};
   decltype(&mgm_torch_record_stream) torch_record_stream{};
   decltype(&mgm_torch_base_alloc) torch_base_alloc{};
+  decltype(&mgm_ipc_export) ipc_export{};
+  decltype(&mgm_ipc_unexport) ipc_unexport{};
+  decltype(&mgm_ipc_import) ipc_import{};
+  decltype(&mgm_ipc_close) ipc_close{};
 };
 
 c_abi open_library(const char* sim = "dgx-h100") {
@@ -79,6 +84,10 @@ c_abi open_library(const char* sim = "dgx-h100") {
   c.torch_free = c.get<void(void*, size_t, int, mgm_stream_t)>("mgm_torch_free");
   c.torch_record_stream = c.get<void(void*, mgm_stream_t)>("mgm_torch_record_stream");
   c.torch_base_alloc = c.get<void*(void*, size_t*)>("mgm_torch_base_alloc");
+  c.ipc_export = c.get<const char*(void*, int)>("mgm_ipc_export");
+  c.ipc_unexport = c.get<int(void*)>("mgm_ipc_unexport");
+  c.ipc_import = c.get<void*(const char*, int)>("mgm_ipc_import");
+  c.ipc_close = c.get<int(void*)>("mgm_ipc_close");
   return c;
 }
 
@@ -366,4 +375,56 @@ TEST_CASE("child: bad machine", "[.]") {
   const auto c = open_library(std::getenv("MGM_C_SIM_CHILD"));
   REQUIRE(c.device_count() == -1);
   REQUIRE(std::string{c.last_error()}.find("no-such-machine") != std::string::npos);
+}
+
+TEST_CASE("C ABI: a block shared with another process through a token, and refused where memory is process-local",
+          "[c_abi][ipc]") {
+  const auto c = open_library();
+  void* p = c.alloc(MiB, 1, nullptr);
+  REQUIRE(p != nullptr);
+  REQUIRE(c.ipc_export(p, 1) == nullptr);  // this process's pools are process-local (no shareable:True)
+  CHECK(std::string{c.last_error()}.find("shareable:True") != std::string::npos);
+  CHECK(c.ipc_import("mgm-ipc1:nonsense", 1) == nullptr);
+  CHECK(std::string{c.last_error()}.find("token") != std::string::npos);
+  CHECK(c.ipc_close(p) == -1);
+  CHECK(c.ipc_unexport(p) == -1);
+  c.free(p, MiB, 1, nullptr);
+  // Shareable pools in two processes: the exporter runs the importer while it holds the block.
+  REQUIRE(in_child("child: ipc exporter", "MGM_ALLOC_CONF=shareable:True"));
+}
+
+TEST_CASE("child: ipc exporter", "[.]") {
+  const auto c = open_library();
+  const std::size_t bytes = 5 * MiB + 256;
+  auto* p = static_cast<unsigned char*>(c.alloc(bytes, 2, nullptr));
+  REQUIRE(p != nullptr);
+  for (std::size_t i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(i * 13);
+  const char* t = c.ipc_export(p, 2);
+  INFO(c.last_error());
+  REQUIRE(t != nullptr);
+  const std::string token = t;
+  REQUIRE(in_child("child: ipc importer", "MGM_ALLOC_CONF=shareable:True MGM_IPC_BYTES=" + std::to_string(bytes) +
+                                              " MGM_IPC_TOKEN='" + token + "'"));
+  for (std::size_t i = 0; i < bytes; ++i) REQUIRE(p[i] == 0x5a);  // what the importer wrote
+  // Unexported: the token's descriptors are gone, a later import fails, the block stays ours.
+  REQUIRE(c.ipc_unexport(p) == 0);
+  REQUIRE(c.ipc_unexport(p) == -1);
+  REQUIRE_FALSE(in_child("child: ipc importer", "MGM_ALLOC_CONF=shareable:True MGM_IPC_BYTES=16 MGM_IPC_TOKEN='" + token + "'"));
+  // A free ends an export too.
+  REQUIRE(c.ipc_export(p, 2) != nullptr);
+  c.free(p, bytes, 2, nullptr);
+  REQUIRE(c.ipc_unexport(p) == -1);
+  REQUIRE(c.ipc_export(p, 2) == nullptr);  // no longer a live allocation
+}
+
+TEST_CASE("child: ipc importer", "[.]") {
+  const auto c = open_library();
+  const std::size_t bytes = std::stoull(std::getenv("MGM_IPC_BYTES"));
+  auto* p = static_cast<unsigned char*>(c.ipc_import(std::getenv("MGM_IPC_TOKEN"), 2));
+  INFO(c.last_error());
+  REQUIRE(p != nullptr);
+  for (std::size_t i = 0; i < bytes; ++i) REQUIRE(p[i] == static_cast<unsigned char>(i * 13));
+  std::memset(p, 0x5a, bytes);
+  REQUIRE(c.ipc_close(p) == 0);
+  REQUIRE(c.ipc_close(p) == -1);
 }

@@ -10,14 +10,20 @@
 #include <mgm/platform/cuda_stream_ops.hpp>
 #include <mgm/platform/cuda_vmm_ops.hpp>
 #include <mgm/pool/caching_pool.hpp>
+#include <mgm/pool/imported_block.hpp>
+#include <mgm/pool/shared_block.hpp>
 #include <mgm/telemetry/nvml.hpp>
 #include <mgm/telemetry/source.hpp>
 #include <mgm/trace/replay.hpp>
 #include <mgm/trace/trace.hpp>
 
 #include <cuda_runtime_api.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -320,4 +326,53 @@ TEST_CASE("NVML on the real driver joins every CUDA device by bus id", "[gpu][te
     REQUIRE_FALSE(s.uuid.empty());
   }
   REQUIRE(joined == static_cast<std::size_t>(mgm::device_count()));
+}
+
+// Shareable memory across two processes on the real driver: this process exports a pooled block
+// (POSIX descriptors, recommended granularity), a second process (this program again, running the
+// hidden case below) takes the descriptors with pidfd_getfd, maps them, checks the bytes and
+// overwrites them; this process then sees the new bytes.
+TEST_CASE("a pooled block exported to a second process on the real driver", "[gpu][pool][ipc]") {
+  const mgm::device_id d{0};
+  if (!mgm::cuda_vmm_ops{mgm::vmm_sharing::shareable}.supported(d)) {
+    WARN("device 0 does not support POSIX-descriptor virtual memory");
+    return;
+  }
+  mgm::pool_options o;
+  o.expandable_segments = true;
+  mgm::caching_pool<mgm::cuda_allocator> pool{mgm::cuda_allocator{d, mgm::vmm_sharing::shareable}, o};
+  const std::size_t bytes = (std::size_t{40} << 20) + 4096;
+  void* p = pool.allocate(bytes);
+  std::vector<unsigned char> host(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) host[i] = static_cast<unsigned char>(i * 7 + 1);
+  REQUIRE(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+  const mgm::shared_block s = pool.export_block(p);
+  REQUIRE_FALSE(s.chunks.empty());
+  const std::string token = mgm::shared_block_token(s);
+  char self[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  REQUIRE(n > 0);
+  const std::string cmd = "MGM_IPC_TOKEN='" + token + "' MGM_IPC_BYTES=" + std::to_string(bytes) + " '" +
+                          std::string{self, static_cast<std::size_t>(n)} + "' 'gpu ipc child' 2>&1";
+  const int status = std::system(cmd.c_str());
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+  for (std::size_t i = 0; i < bytes; i += 4099) REQUIRE(host[i] == 0x5a);
+  REQUIRE(host[bytes - 1] == 0x5a);
+  pool.deallocate(p, bytes);
+  pool.release();
+}
+
+TEST_CASE("gpu ipc child", "[.]") {
+  const char* token = std::getenv("MGM_IPC_TOKEN");
+  REQUIRE(token != nullptr);
+  const std::size_t bytes = std::stoull(std::getenv("MGM_IPC_BYTES"));
+  REQUIRE(cudaFree(nullptr) == cudaSuccess);  // the primary context, for the driver's cuMem calls
+  const mgm::shared_block s = mgm::open_shared_block_token(token);
+  const mgm::imported_block ib{mgm::cuda_vmm_ops{mgm::vmm_sharing::shareable}, s};
+  std::vector<unsigned char> host(bytes);
+  REQUIRE(cudaMemcpy(host.data(), ib.get(), bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+  for (std::size_t i = 0; i < bytes; ++i) REQUIRE(host[i] == static_cast<unsigned char>(i * 7 + 1));
+  mgm_test_fill_on_device(ib.get(), bytes, 0x5a);
 }

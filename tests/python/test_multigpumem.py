@@ -13,6 +13,9 @@ import pytest
 import multigpumem
 from multigpumem import _lib
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numba_standin  # noqa: E402
+
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -221,48 +224,16 @@ def test_cupy_allocations_are_ordered_on_cupys_current_stream(monkeypatch):
 
 
 def test_numba_plugin_allocates_from_the_pool_and_refuses_ipc(monkeypatch):
-    calls = []
-
-    class HostOnly:
-        def __init__(self, context):
-            self.context = context
-
-        def reset(self):
-            calls.append("host reset")
-
-        def defer_cleanup(self):
-            import contextlib
-            calls.append("host defer")
-            return contextlib.nullcontext()
-
-    class MemoryPointer:
-        def __init__(self, context, pointer, size, finalizer=None):
-            self.context, self.pointer, self.size, self.finalizer = context, pointer, size, finalizer
-
-    driver = types.SimpleNamespace(MemoryPointer=MemoryPointer, USE_NV_BINDING=False,
-                                   MemoryInfo=lambda free, total: (free, total))
-    cuda = types.ModuleType("numba.cuda")
-    cuda.HostOnlyCUDAMemoryManager = HostOnly
-    cudadrv = types.ModuleType("numba.cuda.cudadrv")
-    cudadrv.driver = driver
-    numba = types.ModuleType("numba")
-    numba.cuda = cuda
-    monkeypatch.setitem(sys.modules, "numba", numba)
-    monkeypatch.setitem(sys.modules, "numba.cuda", cuda)
-    monkeypatch.setitem(sys.modules, "numba.cuda.cudadrv", cudadrv)
-    monkeypatch.setitem(sys.modules, "numba.cuda.cudadrv.driver", driver)
-    sys.modules.pop("multigpumem.numba", None)
-    import multigpumem.numba as mnumba
-    mnumba._manager = None
+    mnumba, calls = numba_standin.install(monkeypatch.setitem)
     Manager = mnumba._numba_memory_manager  # what NUMBA_CUDA_MEMORY_MANAGER reads
-    m = Manager(types.SimpleNamespace(device=types.SimpleNamespace(id=7)))
+    m = Manager(numba_standin.context(7))
     assert m.interface_version == 1
     mp = m.memalloc(2 * MiB)
-    assert isinstance(mp.pointer, ctypes.c_uint64) and mp.size == 2 * MiB
+    assert isinstance(mp.device_pointer, ctypes.c_uint64) and mp.size == 2 * MiB
     assert multigpumem.stats(7)["allocated_bytes.all.current"] == 2 * MiB
     free, total = m.get_memory_info()
     assert total > 79 * GiB
-    with pytest.raises(RuntimeError, match="cannot be shared with another process"):
+    with pytest.raises(RuntimeError, match="cannot be shared with another process.*shareable:True"):
         m.get_ipc_handle(mp)
     mp.finalizer()
     assert multigpumem.stats(7)["allocated_bytes.all.current"] == 0
@@ -270,3 +241,72 @@ def test_numba_plugin_allocates_from_the_pool_and_refuses_ipc(monkeypatch):
         pass
     m.reset()
     assert calls == ["host defer", "host reset"]
+
+
+# Two processes with shareable pools (MGM_ALLOC_CONF=shareable:True): the exporter fills a block,
+# the importer (started by the exporter while it holds the block) checks it and overwrites it.
+_EXPORTER = r"""
+import ctypes, os, pickle, subprocess, sys
+sys.path.insert(0, os.environ["MGM_TEST_DIR"])
+import multigpumem, numba_standin
+n = 3 * (1 << 20) + 100
+p = multigpumem.alloc(n, 5)
+ctypes.memmove(p, bytes(i * 7 % 256 for i in range(n)), n)
+token = multigpumem.ipc_export(p, 5)
+r = subprocess.run([sys.executable, "-c", os.environ["MGM_IMPORTER"], "plain", token, str(n)])
+assert r.returncode == 0, "the importer failed"
+assert ctypes.string_at(p, n) == b"Z" * n, "the importer's writes are not here"
+multigpumem.ipc_unexport(p)
+# Numba: the handle of a view pickles, and opens in the other process at the view's offset.
+mnumba, _ = numba_standin.install()
+m = mnumba._numba_memory_manager(numba_standin.context(5))
+mp = m.memalloc(1 << 20)
+ctypes.memset(mp.device_pointer_value, 0x33, 1 << 20)
+ctypes.memset(mp.device_pointer_value + 4096, 0x44, 16)
+h = m.get_ipc_handle(mp.view(4096))
+assert h.offset == 4096
+r = subprocess.run([sys.executable, "-c", os.environ["MGM_IMPORTER"], "numba", pickle.dumps(h).hex(), "16"])
+assert r.returncode == 0, "the numba importer failed"
+assert ctypes.string_at(mp.device_pointer_value + 4096, 16) == b"Z" * 16
+mp.finalizer()
+print("exporter ok")
+"""
+
+_IMPORTER = r"""
+import ctypes, os, pickle, sys
+sys.path.insert(0, os.environ["MGM_TEST_DIR"])
+import multigpumem, numba_standin
+mode, what, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if mode == "plain":
+    q = multigpumem.ipc_import(what, 5)
+    assert ctypes.string_at(q, n) == bytes(i * 7 % 256 for i in range(n)), "not the exporter's bytes"
+    ctypes.memset(q, ord("Z"), n)
+    multigpumem.ipc_close(q)
+else:
+    numba_standin.install()
+    h = pickle.loads(bytes.fromhex(what))
+    mp = h.open(numba_standin.context(5))
+    assert ctypes.string_at(mp.device_pointer_value, n) == b"\x44" * n, "not the view's bytes"
+    ctypes.memset(mp.device_pointer_value, ord("Z"), n)
+    h.close()
+"""
+
+
+def test_a_block_shared_between_two_processes_plain_and_through_numbas_ipc_handle():
+    import subprocess
+    env = dict(os.environ, MGM_ALLOC_CONF="shareable:True", MGM_TEST_DIR=os.path.dirname(os.path.abspath(__file__)),
+               MGM_IMPORTER=_IMPORTER)
+    r = subprocess.run([sys.executable, "-c", _EXPORTER], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "exporter ok" in r.stdout
+
+
+def test_ipc_bad_input_is_a_clear_error():
+    p = multigpumem.alloc(MiB, 0)
+    with pytest.raises(ValueError, match="shareable:True"):
+        multigpumem.ipc_export(p, 0)  # this process's pools are process-local
+    multigpumem.free(p, MiB, 0)
+    with pytest.raises(OSError, match="token"):
+        multigpumem.ipc_import("not a token", 0)
+    with pytest.raises(ValueError, match="not a block"):
+        multigpumem.ipc_close(12345)

@@ -4,6 +4,7 @@
 #include <mgm/error.hpp>
 #include <mgm/platform/cuda_vmm_ops.hpp>
 #include <mgm/pool/caching_pool.hpp>
+#include <mgm/pool/imported_block.hpp>
 #include <mgm/sim/judged.hpp>
 #include <mgm/sim/machine.hpp>
 
@@ -62,7 +63,7 @@ struct fake_sharing_state {
   int creates{0};
   std::vector<CUmemAllocationProp> props;  // every cuMemCreate's properties
   std::optional<CUmemAllocationGranularity_flags> granularity_asked;
-  std::map<int, CUmemGenericAllocationHandle> exported;  // descriptor -> handle
+  std::map<int, CUmemGenericAllocationHandle> exported;  // descriptor -> handle (the caller closes it)
 };
 fake_sharing_state g_sharing;
 
@@ -75,7 +76,11 @@ CUresult fake_create(CUmemGenericAllocationHandle* h, size_t size, const CUmemAl
   if (g_sharing.refuse_fabric && (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) != 0) {
     return CUDA_ERROR_NOT_PERMITTED;
   }
-  return guarded([&] { *h = g_sim->vmm().create(device_id{prop->location.id}, size); });
+  // Memory asked for with descriptors is the sim's shareable memory (a memfd), as the driver's is.
+  const auto sharing = (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0
+                           ? mgm::vmm_sharing::shareable
+                           : mgm::vmm_sharing::process_local;
+  return guarded([&] { *h = g_sim->vmm(sharing).create(device_id{prop->location.id}, size); });
 }
 CUresult fake_release(CUmemGenericAllocationHandle h) {
   return guarded([&] { g_sim->vmm().release(h); });
@@ -105,18 +110,17 @@ CUresult fake_granularity(size_t* g, const CUmemAllocationProp*, CUmemAllocation
 }
 CUresult fake_export(void* out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType type, unsigned long long) {
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
-  const int fd = ::memfd_create("mgm-fake-export", 0);
-  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  int fd = -1;
+  if (const CUresult r = guarded([&] { fd = g_sim->vmm().export_handle(h); }); r != CUDA_SUCCESS) return r;
   g_sharing.exported[fd] = h;
   *static_cast<int*>(out) = fd;
   return CUDA_SUCCESS;
 }
 CUresult fake_import(CUmemGenericAllocationHandle* h, void* handle, CUmemAllocationHandleType type) {
+  // As the driver: a new handle for the same memory, whatever process exported it.
   const auto fd = static_cast<int>(reinterpret_cast<std::intptr_t>(handle));
-  const auto it = g_sharing.exported.find(fd);
-  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || it == g_sharing.exported.end()) return CUDA_ERROR_INVALID_VALUE;
-  *h = it->second;
-  return CUDA_SUCCESS;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+  return guarded([&] { *h = g_sim->vmm().import_handle(fd); });
 }
 CUresult fake_error_name(CUresult r, const char** name) {
   *name = r == CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE" : r == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_UNKNOWN";
@@ -166,7 +170,6 @@ struct fake_driver_machine {
     g_sharing = {};
   }
   ~fake_driver_machine() {
-    for (const auto& [fd, h] : g_sharing.exported) ::close(fd);
     g_sharing = {};
     g_sim = nullptr;
   }
@@ -351,8 +354,11 @@ TEST_CASE("vmm: shareable memory has POSIX descriptors (fabric where supported) 
   // Exported as a descriptor, and imported back to the same memory (as another process would).
   const int fd = vmm.export_handle(h);
   CHECK(fd >= 0);
-  CHECK(vmm.import_handle(fd) == h);
+  const auto imported = vmm.import_handle(fd);
+  CHECK(imported != h);  // a handle of its own, for the same memory
+  vmm.release(imported);
   REQUIRE_THROWS_AS(vmm.import_handle(fd + 1000), mgm::cuda_error);
+  ::close(fd);
   vmm.release(h);
 
   // A driver that refuses fabric handles (no IMEX channel): created again with descriptors only.
@@ -403,5 +409,36 @@ TEST_CASE("vmm: a pool's expandable segments over shareable memory: descriptors,
     (void)pool.release();
     REQUIRE(f.m.vmm().mapped_bytes(device_id{0}) == 0);
   }
+  REQUIRE(f.m.hazards().empty());
+}
+
+TEST_CASE("vmm: a pooled block exported and imported through cuda_vmm_ops, the code a GPU runs",
+          "[pool][vmm][ipc][judge]") {
+  fake_driver_machine f;
+  mgm::pool_options o;
+  o.expandable_segments = true;
+  o.map_chunk_bytes = 8 * MiB;
+  mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0}), mgm::vmm_sharing::shareable}, o};
+  void* p = pool.allocate(20 * MiB);
+  std::memset(p, 3, 20 * MiB);
+  const mgm::shared_block s = pool.export_block(p);
+  CHECK(s.chunks.size() >= 3);  // 20 MiB in chunks of at most 8 MiB
+  for (const auto& c : s.chunks) CHECK(c.bytes % (4 * MiB) == 0);  // whole recommended granules
+  CHECK(g_sharing.exported.size() == s.chunks.size());
+  {
+    const mgm::imported_block ib{mgm::cuda_vmm_ops{fake_driver(), mgm::vmm_sharing::shareable}, s};
+    CHECK(static_cast<unsigned char*>(ib.get())[20 * MiB - 1] == 3);  // the same memory
+    std::memset(ib.get(), 4, 20 * MiB);
+    CHECK(static_cast<unsigned char*>(p)[0] == 4);
+  }
+  pool.deallocate(p, 20 * MiB);
+  (void)pool.release();
+  CHECK(f.m.vmm().mapped_bytes(device_id{0}) == 0);
+  CHECK(f.m.memory(device_id{0}).used_bytes == 0);
+  // Process-local memory cannot be exported.
+  mgm::caching_pool<fake_driver_device> local{fake_driver_device{f.m.allocator(device_id{0})}, o};
+  void* q = local.allocate(MiB);
+  REQUIRE_THROWS_WITH(local.export_block(q), Catch::Contains("process-local"));
+  local.deallocate(q, MiB);
   REQUIRE(f.m.hazards().empty());
 }

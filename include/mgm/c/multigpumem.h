@@ -113,6 +113,26 @@ MGM_C_API void mgm_torch_record_stream(void* ptr, mgm_stream_t stream);
  * pointer no pool holds, the pointer itself and 0. */
 MGM_C_API void* mgm_torch_base_alloc(void* ptr, size_t* size);
 
+/* Shareable memory: a pooled block seen by another process (NCCL's peers, a data loader, a
+ * serving process). The pools must make shareable memory: MGM_ALLOC_CONF=shareable:True (POSIX
+ * descriptors, and fabric handles where supported, at the recommended granularity: also what
+ * ncclCommRegister needs), with expandable_segments on (the default).
+ *
+ * mgm_ipc_export: a token naming the block `ptr` (a live allocation of `device`'s pool) as one
+ * line of text (this process's id and descriptors), to pass by any channel; NULL on failure. The
+ * descriptors stay open until mgm_ipc_unexport(ptr) or the block's free; keep the block allocated
+ * until every importer closed its mapping (memory still mapped elsewhere lives on, but the pool
+ * reuses the block).
+ * mgm_ipc_import: in another process, the block of `token` mapped for `device` (this process's
+ * ordinal of the same GPU); NULL on failure (the exporter gone, the token closed, no permission
+ * to take its descriptors: pidfd_getfd needs the same user and Yama's ptrace_scope 0).
+ * mgm_ipc_close: unmaps what mgm_ipc_import mapped. Order work across processes yourself (an IPC
+ * event, or a host handshake): the pools order nothing between processes. 0, or -1. */
+MGM_C_API const char* mgm_ipc_export(void* ptr, int device);
+MGM_C_API int mgm_ipc_unexport(void* ptr);
+MGM_C_API void* mgm_ipc_import(const char* token, int device);
+MGM_C_API int mgm_ipc_close(void* ptr);
+
 #ifdef __cplusplus
 }
 #endif

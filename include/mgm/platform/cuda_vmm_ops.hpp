@@ -42,18 +42,6 @@ struct cuda_vmm_driver {
   [[nodiscard]] static const cuda_vmm_driver& real();
 };
 
-/// @brief How `cuda_vmm_ops` creates physical memory.
-enum class vmm_sharing {
-  /// No handle types, at the minimum granularity: memory only this process can map.
-  process_local,
-  /// POSIX file descriptors, plus fabric handles where the device supports them (created again
-  /// without them when the driver refuses, as NCCL does), GPUDirect RDMA where supported, at the
-  /// recommended granularity. These are NCCL's rules for registering user buffers
-  /// (`ncclCommRegister`, its "qualified allocator"), and what another process needs to map the
-  /// memory (`export_handle`, `import_handle`).
-  shareable,
-};
-
 /// @brief Virtual memory through CUDA's driver API (`cuMemAddressReserve`, `cuMemCreate`,
 /// `cuMemMap`, `cuMemSetAccess`, ...), over a `cuda_vmm_driver` table.
 ///
@@ -107,6 +95,6 @@ class cuda_vmm_ops {
   const cuda_vmm_driver* driver_;
   vmm_sharing sharing_{vmm_sharing::process_local};
 };
-static_assert(vmm_ops<cuda_vmm_ops>);
+static_assert(shareable_vmm_ops<cuda_vmm_ops>);
 
 }  // namespace mgm

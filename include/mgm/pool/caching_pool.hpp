@@ -76,6 +76,7 @@
 #include <mgm/pool/pool_options.hpp>
 #include <mgm/pool/pool_snapshot.hpp>
 #include <mgm/pool/pool_statistics.hpp>
+#include <mgm/pool/shared_block.hpp>
 #include <mgm/properties.hpp>
 #include <mgm/stream.hpp>
 #include <mgm/tag.hpp>
@@ -245,6 +246,40 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   void grant_access(device_id peer) {
     const std::lock_guard lock{mutex_};
     expand_.grant_access(peer);
+  }
+
+  /// @brief Exports live allocation `p` for another process (see `shared_block.hpp`): a new
+  /// descriptor for each physical chunk behind it, and its place in them. The block must stay
+  /// allocated while this runs, and until every importer has let it go.
+  /// @throws mgm::logic_error when `p` is not a live allocation of this pool, when it is not in an
+  /// expandable segment, or when the upstream's virtual memory is process-local (make the upstream
+  /// with `vmm_sharing::shareable`); mgm::cuda_error when the driver refuses.
+  [[nodiscard]] shared_block export_block(const void* p)
+    requires shareable_vmm_ops<typename detail::vmm_of<Upstream>::type>
+  {
+    std::vector<std::pair<typename detail::vmm_of<Upstream>::type::physical_handle, std::size_t>> chunks;
+    shared_block out;
+    out.device = device_;
+    {
+      const std::lock_guard lock{mutex_};
+      const auto addr = reinterpret_cast<std::uintptr_t>(p);
+      const detail::block* b = space_.map.find(addr);
+      MGM_EXPECTS(b != nullptr, "export_block: " + mgm::detail::describe_address(p) +
+                                    " is not a live allocation of this pool");
+      MGM_EXPECTS(expand_.vmm().sharing() == vmm_sharing::shareable,
+                  "export_block: the pool's virtual memory is process-local; make its upstream with "
+                  "vmm_sharing::shareable (MGM_ALLOC_CONF shareable:True)");
+      MGM_EXPECTS(b->expandable(), "export_block: the block is in a plain segment (from the upstream's allocate), "
+                                   "which cannot be shared; turn expandable_segments on");
+      auto [start, list] = expand_.chunks_behind(*b);
+      MGM_EXPECTS(!list.empty(), "export_block: the block lies in no segment of this pool");
+      out.offset = addr - start;
+      out.size = b->size;
+      chunks = std::move(list);
+    }
+    out.chunks.reserve(chunks.size());
+    for (const auto& [h, bytes] : chunks) out.chunks.push_back(shared_chunk{unique_fd{expand_.vmm().export_handle(h)}, bytes});
+    return out;
   }
 
   /// @brief Retires `stream`'s cache (see "Streams"); call it before destroying the stream. Blocks

@@ -15,7 +15,8 @@ namespace mgm {
 /// `MGM_ALLOC_CONF` sets them as `key:value,...` (as `PYTORCH_CUDA_ALLOC_CONF` does), sizes as
 /// `parse_bytes` reads them: `round`, `small_request`, `small_segment`, `large_segment`,
 /// `large_direct`, `segment_round`, `max_split_size` (also PyTorch's `max_split_size_mb`, a
-/// number of MiB), `release_threshold`, `map_chunk`, `expandable_segments` and `check_invariants` (`True`/`False`).
+/// number of MiB), `release_threshold`, `map_chunk`, and `expandable_segments`, `shareable` and
+/// `check_invariants` (`True`/`False`).
 /// The other keys of `PYTORCH_CUDA_ALLOC_CONF` (`garbage_collection_threshold`,
 /// `roundup_power2_divisions`, `backend`, ...) are refused by name, each with the reason.
 struct pool_options {
@@ -36,6 +37,10 @@ struct pool_options {
   /// Grow segments by mapping 2 MiB granules into one reserved range per stream and size class,
   /// where the upstream offers virtual memory (`mgm::vmm_allocator`) and the device supports it.
   bool expandable_segments{true};
+  /// The upstream's virtual memory is made shareable (`vmm_sharing::shareable`: NCCL-registrable,
+  /// exportable to other processes with `caching_pool::export_block`). The pool does not read it:
+  /// whoever makes the upstream from the options does (the C ABI, and through it the Python package).
+  bool shareable{false};
   /// In builds without `NDEBUG`: every allocation and free ends with `caching_pool::check_invariants()`
   /// (a walk of every block: for tests and debugging). A broken invariant in a free terminates.
   bool check_invariants{false};

@@ -38,7 +38,9 @@ class device_allocator {
   using stream_ops_type = sim::stream_ops;
   using vmm_ops_type = sim::vmm_ops;
 
-  device_allocator(detail::machine_state* machine, device_id device) noexcept : machine_{machine}, device_{device} {}
+  device_allocator(detail::machine_state* machine, device_id device,
+                   vmm_sharing sharing = vmm_sharing::process_local) noexcept
+      : machine_{machine}, device_{device}, sharing_{sharing} {}
 
   [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = cuda_allocation_alignment);
   void deallocate(void* p, std::size_t bytes, std::size_t alignment = cuda_allocation_alignment) noexcept;
@@ -52,7 +54,7 @@ class device_allocator {
   [[nodiscard]] std::size_t total_bytes() const;
   [[nodiscard]] stream_ops_type stream_ops() const noexcept { return stream_ops_type{machine_}; }
   /// @brief The machine's virtual-memory seam (for a pool's expandable segments).
-  [[nodiscard]] vmm_ops_type vmm_ops() const noexcept { return vmm_ops_type{machine_}; }
+  [[nodiscard]] vmm_ops_type vmm_ops() const noexcept { return vmm_ops_type{machine_, sharing_}; }
 
   friend bool operator==(const device_allocator&, const device_allocator&) = default;
   friend void get_property(const device_allocator&, device_accessible) noexcept {}
@@ -61,6 +63,7 @@ class device_allocator {
  private:
   detail::machine_state* machine_;
   device_id device_;
+  vmm_sharing sharing_{vmm_sharing::process_local};
 };
 static_assert(platform_allocator<device_allocator>);
 

@@ -116,6 +116,10 @@ class machine {
 
   /// @brief The device's allocator (a handle). @throws mgm::logic_error when `d` is out of range.
   [[nodiscard]] device_allocator allocator(device_id d) const;
+  /// @brief The device's allocator, whose virtual memory (a pool's expandable segments) is made
+  /// `sharing`: `shareable` memory is backed by a `memfd` that another process can map
+  /// (`vmm_ops::export_handle`, `import_handle`).
+  [[nodiscard]] device_allocator allocator(device_id d, vmm_sharing sharing) const;
   /// @brief Pinned host memory near `numa_node` (unknown: any), for a host tier.
   [[nodiscard]] pinned_host_allocator host_allocator(std::optional<int> numa_node = std::nullopt) const noexcept {
     return pinned_host_allocator{state_.get(), numa_node};
@@ -183,7 +187,7 @@ class machine {
   [[nodiscard]] oracle_mode judging() const noexcept;
 
   [[nodiscard]] sim::stream_ops streams() const noexcept;
-  [[nodiscard]] sim::vmm_ops vmm() const noexcept;
+  [[nodiscard]] sim::vmm_ops vmm(vmm_sharing sharing = vmm_sharing::process_local) const noexcept;
   [[nodiscard]] sim::peer_ops peers() const noexcept;
   [[nodiscard]] fault_plan faults(device_id d) const;
 

@@ -26,13 +26,23 @@ class machine_state;
 /// multiples of the granule, unknown handles and overlapping maps throw `mgm::cuda_error` with
 /// `cudaErrorInvalidValue`, as the driver fails. Invariant: per device,
 /// `Σ created bytes not yet freed + Σ allocator bytes <= capacity`.
+///
+/// **Shareable memory** (`vmm_sharing::shareable`): `create` backs the memory with a `memfd`
+/// (named after its device), which `map` maps shared over the reservation, so that another
+/// process can map the same pages: `export_handle` gives a new descriptor for it, and
+/// `import_handle` in another process (its own machine, with that device) makes a handle for it.
+/// Imported memory is charged to nobody here: the exporter's machine holds it. An imported
+/// descriptor must be a sim `memfd` of whole granules, else `cuda_error` (`cudaErrorInvalidValue`).
 /// A handle to its machine. **Thread safety:** safe.
 class vmm_ops {
  public:
   using physical_handle = std::uint64_t;
   static constexpr std::size_t granule_bytes = std::size_t{2} << 20;
 
-  explicit vmm_ops(detail::machine_state* machine) noexcept : machine_{machine} {}
+  explicit vmm_ops(detail::machine_state* machine, vmm_sharing sharing = vmm_sharing::process_local) noexcept
+      : machine_{machine}, sharing_{sharing} {}
+
+  [[nodiscard]] vmm_sharing sharing() const noexcept { return sharing_; }
 
   [[nodiscard]] bool supported(device_id d);
   [[nodiscard]] std::size_t granularity(device_id d);
@@ -43,6 +53,11 @@ class vmm_ops {
   void map(void* va, std::size_t bytes, physical_handle h);
   void unmap(void* va, std::size_t bytes) noexcept;
   void set_access(void* va, std::size_t bytes, std::span<const device_id> readers);
+  /// @brief A new descriptor of shareable memory `h`. @throws mgm::logic_error for process-local
+  /// memory; mgm::cuda_error for an unknown handle.
+  [[nodiscard]] int export_handle(physical_handle h);
+  /// @brief A handle for memory another process exported; `fd` stays the caller's.
+  [[nodiscard]] physical_handle import_handle(int fd);
   /// @brief The devices given access to the mapping at `va` (not part of the seam: for tests).
   [[nodiscard]] std::vector<device_id> access(const void* va);
   /// @brief Bytes of `d`'s physical memory mapped now (not part of the seam).
@@ -52,7 +67,8 @@ class vmm_ops {
 
  private:
   detail::machine_state* machine_;
+  vmm_sharing sharing_{vmm_sharing::process_local};
 };
-static_assert(mgm::vmm_ops<vmm_ops>);
+static_assert(mgm::shareable_vmm_ops<vmm_ops>);
 
 }  // namespace mgm::sim

@@ -77,14 +77,40 @@ class expandable_source {
         granule_ = vmm_.granularity(device);
         on_ = granule_ != 0 && (granule_ & (granule_ - 1)) == 0 && granule_ % options.round_bytes == 0;
         if (on_) chunk_ = std::max(granule_, options.map_chunk_bytes / granule_ * granule_);
+        if constexpr (shareable_vmm_ops<vmm_type>) shareable_ = on_ && vmm_.sharing() == vmm_sharing::shareable;
       }
     }
   }
 
   [[nodiscard]] bool on() const noexcept { return on_; }
+  /// Whether what it maps is shareable memory: then every request grows here (a plain segment
+  /// could be neither exported nor registered with NCCL).
+  [[nodiscard]] bool shareable() const noexcept { return shareable_; }
   [[nodiscard]] const std::vector<std::unique_ptr<segment>>& segments() const noexcept { return segments_; }
   [[nodiscard]] std::size_t granule() const noexcept { return granule_; }
   [[nodiscard]] const std::vector<device_id>& peers() const noexcept { return peers_; }
+  [[nodiscard]] vmm_type& vmm() noexcept { return vmm_; }
+
+  /// The physical chunks behind mapped block `b` of an expandable segment, in address order, each
+  /// with its bytes, and the address the first begins at. Empty when `b` is in none of them.
+  std::pair<std::uintptr_t, std::vector<std::pair<handle, std::size_t>>> chunks_behind(const block& b) const {
+    std::pair<std::uintptr_t, std::vector<std::pair<handle, std::size_t>>> out{0, {}};
+    for (const auto& seg : segments_) {
+      if (b.addr < seg->base || b.addr + b.size > seg->base + seg->bytes) continue;
+      std::size_t g = (b.addr - seg->base) / granule_;
+      while (g > 0 && seg->handles[g - 1] == seg->handles[g]) --g;  // back to its chunk's start
+      out.first = seg->base + g * granule_;
+      const std::size_t last = (b.addr + b.size - 1 - seg->base) / granule_;
+      while (g <= last) {
+        MGM_EXPECTS(seg->handles[g] != 0, "caching_pool: a block with an unmapped granule");
+        const std::size_t end = run_end(*seg, g);
+        out.second.emplace_back(seg->handles[g], (end - g) * granule_);
+        g = end;
+      }
+      break;
+    }
+    return out;
+  }
 
   /// Serves a miss from `slot`'s ranges: maps the granules the request needs (after a free
   /// neighbour below, if any) without the lock, reserving a new range when none has room.
@@ -480,6 +506,7 @@ class expandable_source {
   device_id device_;
   vmm_type vmm_;
   bool on_{false};
+  bool shareable_{false};
   std::size_t granule_{0};
   std::size_t chunk_{0};  // the largest chunk a growth maps at once: whole granules
   std::vector<device_id> peers_;  // readers of every mapped granule: the device first

@@ -1,0 +1,90 @@
+/// @file
+/// @brief Pooled blocks shared with another process: `shared_block`, what the exporting process
+/// hands over (`caching_pool::export_block`), and two ways to hand it over: a Unix socket, or a
+/// text token the other process opens from this one's descriptors. `imported_block` maps it there.
+///
+/// A block is backed by the physical chunks of its pool's expandable segment; CUDA maps a chunk
+/// only whole, so the importer maps every chunk the block touches, in order, and finds the block
+/// at `offset`. It can therefore also read the neighbours that share those chunks, as with
+/// `cudaIpcGetMemHandle` and a `cudaMalloc` allocation.
+///
+/// **The contract.** The block stays the exporter's: it must stay allocated until every importer
+/// has released its `imported_block` (the pool reuses it once freed; its memory itself lives
+/// until the last mapping goes, as the driver keeps it). Order the importer's work after the
+/// exporter's with an IPC event or a host handshake: the pool orders nothing across processes.
+#pragma once
+
+#include <mgm/device.hpp>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace mgm {
+
+/// @brief A POSIX file descriptor, closed when its owner goes. Move-only.
+class unique_fd {
+ public:
+  unique_fd() noexcept = default;
+  explicit unique_fd(int fd) noexcept : fd_{fd} {}
+  unique_fd(unique_fd&& o) noexcept : fd_{std::exchange(o.fd_, -1)} {}
+  unique_fd& operator=(unique_fd&& o) noexcept {
+    if (this != &o) reset(std::exchange(o.fd_, -1));
+    return *this;
+  }
+  unique_fd(const unique_fd&) = delete;
+  unique_fd& operator=(const unique_fd&) = delete;
+  ~unique_fd() { reset(); }
+
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  [[nodiscard]] explicit operator bool() const noexcept { return fd_ >= 0; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+  void reset(int fd = -1) noexcept;
+
+ private:
+  int fd_{-1};
+};
+
+/// @brief One physical chunk behind a shared block: its descriptor (POSIX, from
+/// `cuMemExportToShareableHandle` or the simulator's memfd) and its size.
+struct shared_chunk {
+  unique_fd fd;
+  std::size_t bytes{0};
+};
+
+/// @brief A pooled block as another process needs it: the chunks behind it, in address order,
+/// and where the block lies in them. Owns the descriptors. Move-only.
+struct shared_block {
+  device_id device{0};
+  std::size_t offset{0};  ///< of the block from the start of the first chunk
+  std::size_t size{0};    ///< of the block, as allocated (rounded)
+  std::vector<shared_chunk> chunks;
+
+  /// @brief Σ chunk bytes: the address space an importer maps.
+  [[nodiscard]] std::size_t mapped_bytes() const noexcept;
+  /// @brief @throws mgm::logic_error naming what is wrong: no chunks, a closed descriptor, a
+  /// chunk of 0 bytes, or a block that does not lie inside its chunks.
+  void validate() const;
+};
+
+/// @brief Sends `b` over the connected Unix socket `socket` (its descriptors as `SCM_RIGHTS`, in
+/// messages of at most 250). `b` keeps its own descriptors. @throws std::system_error.
+void send_shared_block(int socket, const shared_block& b);
+/// @brief Receives what `send_shared_block` sent. @throws std::system_error for a socket error or
+/// a closed peer; mgm::logic_error for a message that is not a shared block.
+[[nodiscard]] shared_block receive_shared_block(int socket);
+
+/// @brief `b` as one line of text naming this process and its descriptors
+/// (`mgm-ipc1:pid:device:offset:size:fd/bytes,...`), for a channel that carries only bytes (a
+/// pickle, an environment variable). The descriptors must stay open here, in `b`, until the other
+/// process has opened the token.
+[[nodiscard]] std::string shared_block_token(const shared_block& b);
+/// @brief The block a token names, with the exporting process's descriptors copied into this one
+/// (`pidfd_getfd`: Linux 5.6, and permission to trace the exporter: the same user, and Yama's
+/// `ptrace_scope` 0 or the exporter a descendant). @throws mgm::logic_error for a malformed
+/// token; std::system_error naming the process when it is gone or its descriptors cannot be taken.
+[[nodiscard]] shared_block open_shared_block_token(std::string_view token);
+
+}  // namespace mgm
