@@ -27,6 +27,9 @@
 /// - `release(bytes_to_keep)` gives back idle segments and unmaps idle granules. With
 ///   `release_threshold_bytes`, a free that leaves reserved more than an eighth above it gives
 ///   back idle plain segments (from an index: no walk) and, once per such eighth freed, unmaps.
+/// - Over shareable virtual memory (an upstream made with `vmm_sharing::shareable`) every segment
+///   is expandable, small ones too, so that any block can be exported (`export_block`, for
+///   another process) or registered with NCCL.
 ///
 /// ## CUDA graphs: the contract
 /// - What is allocated on a stream while it captures comes from a *private pool*: the capture's
