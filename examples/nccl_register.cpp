@@ -7,6 +7,11 @@
 // with expandable segments makes exactly that, so the pool's segments can be registered once and
 // sub-allocated (NCCL's "allocate a large chunk of buffer and register it once").
 //
+// What it shows: NCCL accepts the pooled buffers (ncclCommRegister succeeds; since NCCL 2.24 it
+// registers plain cudaMalloc memory only with NCCL_LEGACY_CUDA_REGISTER=1), and the collective over
+// them is right. Whether NCCL then takes its zero-copy path is NCCL's choice: NCCL_DEBUG=INFO says so. With
+// one GPU the all-reduce is a copy.
+//
 // NCCL is opened at run time (libnccl.so.2), so the example builds against the toolkit's nccl.h
 // alone. Usage: mgm_example_nccl_register. Exits 77 without a GPU or without NCCL.
 #include <mgm/allocators/cuda_allocator.hpp>

@@ -189,12 +189,17 @@ class pool_backend final : public backend {
   std::string describe() const override { return options_.to_string(); }
 
   std::string export_token(void* p, int device) override {
-    mgm::shared_block block = pools_.pool(mgm::device_id{device}).export_block(p);
-    std::string token = mgm::shared_block_token(block);
+    {  // exported already: the same token (its descriptors stay valid for every holder)
+      const std::lock_guard lock{ipc_mutex_};
+      if (const auto it = exports_.find(p); it != exports_.end()) return it->second.token;
+    }
+    exported_block e{pools_.pool(mgm::device_id{device}).export_block(p), {}};
+    e.token = mgm::shared_block_token(e.block);
+    (void)mgm::allow_token_imports();  // importers take the descriptors with pidfd_getfd, under Yama too
     const std::lock_guard lock{ipc_mutex_};
-    exports_.insert_or_assign(p, std::move(block));  // a second export of p replaces the first
+    const auto [it, added] = exports_.emplace(p, std::move(e));  // another thread may have been first
     exported_.store(exports_.size(), std::memory_order_relaxed);
-    return token;
+    return it->second.token;
   }
   bool unexport(const void* p) override {
     const std::lock_guard lock{ipc_mutex_};
@@ -229,8 +234,13 @@ class pool_backend final : public backend {
   bool judged_;  // on the simulator with its judge on: every hand-out reported
   mgm::pool_options options_;
   std::mutex ipc_mutex_;
-  std::map<const void*, mgm::shared_block> exports_;  // the descriptors a token names
-  std::atomic<std::size_t> exported_{0};              // exports_.size(), read by every free
+  struct exported_block {
+    mgm::shared_block block;  // the descriptors the token names
+    std::string token;
+  };
+  std::map<const void*, exported_block> exports_;
+  // exports_.size(), read by every free: while any block is exported, frees take ipc_mutex_.
+  std::atomic<std::size_t> exported_{0};
   std::map<const void*, std::unique_ptr<mgm::imported_block<vmm_type>>> imports_;
 };
 

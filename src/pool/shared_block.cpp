@@ -4,7 +4,9 @@
 
 #include "../detail/fmt.hpp"
 
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -24,7 +26,7 @@ void unique_fd::reset(int fd) noexcept {
 
 std::size_t shared_block::mapped_bytes() const noexcept {
   std::size_t n = 0;
-  for (const auto& c : chunks) n += c.bytes;
+  for (const auto& c : chunks) n = c.bytes > SIZE_MAX - n ? SIZE_MAX : n + c.bytes;  // saturates: validate() refuses
   return n;
 }
 
@@ -35,6 +37,7 @@ void shared_block::validate() const {
     MGM_EXPECTS(chunks[i].bytes != 0, fmt::format("shared_block: chunk {} has 0 bytes", i));
   }
   const std::size_t mapped = mapped_bytes();
+  MGM_EXPECTS(mapped != SIZE_MAX, "shared_block: its chunks' sizes overflow");
   MGM_EXPECTS(size != 0 && offset < mapped && size <= mapped - offset,
               fmt::format("shared_block: a block of {} bytes at offset {} does not lie inside its {} bytes of chunks",
                           size, offset, mapped));
@@ -132,6 +135,7 @@ shared_block receive_shared_block(int socket) {
       }
     }
     MGM_EXPECTS((msg.msg_flags & MSG_CTRUNC) == 0, "receive_shared_block: descriptors were cut off");
+    MGM_EXPECTS((msg.msg_flags & MSG_TRUNC) == 0, "receive_shared_block: the message is longer than a shared block's");
     MGM_EXPECTS(static_cast<std::size_t>(got) >= sizeof h && h.magic == wire_magic,
                 "receive_shared_block: the message is not a shared block");
     MGM_EXPECTS(h.version == wire_version, fmt::format("receive_shared_block: version {} (this library reads {})",
@@ -154,22 +158,26 @@ shared_block receive_shared_block(int socket) {
   return b;
 }
 
-std::string shared_block_token(const shared_block& b) {
-  b.validate();
-  std::string t = fmt::format("mgm-ipc1:{}:{}:{}:{}:", ::getpid(), b.device.value(), b.offset, b.size);
-  for (std::size_t i = 0; i < b.chunks.size(); ++i) {
-    t += fmt::format("{}{}/{}", i == 0 ? "" : ",", b.chunks[i].fd.get(), b.chunks[i].bytes);
-  }
-  return t;
-}
-
 namespace {
 
-// Reads an unsigned number up to `stop` (or the end) and moves past it; false when there is none.
+// What a descriptor refers to: a token names each chunk's file as well as its number, since a
+// number freed in the exporter is soon another file's.
+struct file_identity {
+  std::uint64_t device{0};
+  std::uint64_t inode{0};
+};
+file_identity identity_of(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail_errno("shared_block_token: fstat");
+  return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
+}
+
+// Reads an unsigned decimal up to `stop` (or the end, for stop '\0') and moves past it.
 template <class T>
 bool take_number(std::string_view& s, T& out, char stop) {
+  if (s.empty() || s.front() < '0' || s.front() > '9') return false;  // no sign, no space
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  if (ec != std::errc{} || end == s.data()) return false;
+  if (ec != std::errc{}) return false;
   s.remove_prefix(static_cast<std::size_t>(end - s.data()));
   if (s.empty()) return stop == '\0';
   if (s.front() != stop) return false;
@@ -178,6 +186,16 @@ bool take_number(std::string_view& s, T& out, char stop) {
 }
 
 }  // namespace
+
+std::string shared_block_token(const shared_block& b) {
+  b.validate();
+  std::string t = fmt::format("mgm-ipc1:{}:{}:{}:{}:", ::getpid(), b.device.value(), b.offset, b.size);
+  for (std::size_t i = 0; i < b.chunks.size(); ++i) {
+    const file_identity id = identity_of(b.chunks[i].fd.get());
+    t += fmt::format("{}{}/{}/{}/{}", i == 0 ? "" : ",", b.chunks[i].fd.get(), b.chunks[i].bytes, id.device, id.inode);
+  }
+  return t;
+}
 
 shared_block open_shared_block_token(std::string_view token) {
   const auto malformed = [&token](const char* why) {
@@ -198,18 +216,21 @@ shared_block open_shared_block_token(std::string_view token) {
   struct wanted {
     int fd;
     std::size_t bytes;
+    file_identity id;
   };
   std::vector<wanted> list;
-  while (!s.empty()) {
-    wanted w{};
-    if (!take_number(s, w.fd, '/')) throw malformed("a chunk's descriptor");
+  while (true) {
     const std::size_t comma = s.find(',');
-    std::string_view bytes = s.substr(0, comma);
-    s = comma == std::string_view::npos ? std::string_view{} : s.substr(comma + 1);
-    if (!take_number(bytes, w.bytes, '\0')) throw malformed("a chunk's size");
+    std::string_view item = s.substr(0, comma);
+    wanted w{};
+    if (!take_number(item, w.fd, '/') || !take_number(item, w.bytes, '/') || !take_number(item, w.id.device, '/') ||
+        !take_number(item, w.id.inode, '\0')) {
+      throw malformed("a chunk is not descriptor/bytes/device/inode");
+    }
     list.push_back(w);
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
   }
-  if (list.empty()) throw malformed("no chunks");
 
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) {
@@ -224,17 +245,27 @@ shared_block open_shared_block_token(std::string_view token) {
   for (const auto& w : list) {
     const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, process.get(), w.fd, 0));
     if (fd < 0) {
-      fail_errno(fmt::format("open_shared_block_token: cannot take descriptor {} of process {} (pidfd_getfd{}); "
-                             "send the block over a Unix socket instead (send_shared_block)",
-                             w.fd, pid,
-                             errno == EPERM ? ": not permitted, the same user and Yama's ptrace_scope 0 are needed"
-                             : errno == EBADF ? ": it is closed there, so the exporter has let the block go"
-                                              : ""));
+      fail_errno(fmt::format(
+          "open_shared_block_token: cannot take descriptor {} of process {} (pidfd_getfd{})", w.fd, pid,
+          errno == EPERM ? ": not permitted; the same user is needed, and under Yama's ptrace_scope 1 the exporter "
+                           "must allow it (prctl PR_SET_PTRACER); or send the block over a Unix socket"
+          : errno == EBADF ? ": it is closed there: the block is no longer exported"
+                           : ""));
     }
-    b.chunks.push_back(shared_chunk{unique_fd{fd}, w.bytes});
+    unique_fd taken{fd};
+    const file_identity now = identity_of(taken.get());
+    if (now.device != w.id.device || now.inode != w.id.inode) {
+      throw std::system_error{ESTALE, std::generic_category(),
+                              fmt::format("open_shared_block_token: descriptor {} of process {} is another file now: "
+                                          "the block is no longer exported",
+                                          w.fd, pid)};
+    }
+    b.chunks.push_back(shared_chunk{std::move(taken), w.bytes});
   }
   b.validate();
   return b;
 }
+
+bool allow_token_imports() noexcept { return ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0; }
 
 }  // namespace mgm

@@ -390,7 +390,9 @@ void vmm_ops::map(void* va, std::size_t bytes, physical_handle h) {
       // memory's pages are its memfd's, mapped over the reservation.
       const bool shared = p->second.fd >= 0;
       if (shared && ::mmap(va, bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, p->second.fd, 0) == MAP_FAILED) {
-        throw bad_alloc{"sim vmm: cannot map shareable memory (mmap: " + std::string{std::strerror(errno)} + ")"};
+        const std::string why = std::strerror(errno);
+        restore_reservation(va, bytes);  // a failed MAP_FIXED may have unmapped the range already
+        throw bad_alloc{"sim vmm: cannot map shareable memory (mmap: " + why + ")"};
       }
       try {
         machine_->mappings.emplace(base, detail::mapping{bytes, h, {}, shared});

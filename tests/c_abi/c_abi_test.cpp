@@ -403,13 +403,15 @@ TEST_CASE("child: ipc exporter", "[.]") {
   INFO(c.last_error());
   REQUIRE(t != nullptr);
   const std::string token = t;
+  REQUIRE(std::string{c.ipc_export(p, 2)} == token);  // exported again: the same token, still valid
   REQUIRE(in_child("child: ipc importer", "MGM_ALLOC_CONF=shareable:True MGM_IPC_BYTES=" + std::to_string(bytes) +
                                               " MGM_IPC_TOKEN='" + token + "'"));
   for (std::size_t i = 0; i < bytes; ++i) REQUIRE(p[i] == 0x5a);  // what the importer wrote
   // Unexported: the token's descriptors are gone, a later import fails, the block stays ours.
   REQUIRE(c.ipc_unexport(p) == 0);
   REQUIRE(c.ipc_unexport(p) == -1);
-  REQUIRE_FALSE(in_child("child: ipc importer", "MGM_ALLOC_CONF=shareable:True MGM_IPC_BYTES=16 MGM_IPC_TOKEN='" + token + "'"));
+  REQUIRE(in_child("child: ipc importer", "MGM_ALLOC_CONF=shareable:True MGM_IPC_BYTES=16 MGM_IPC_TOKEN='" + token +
+                                              "' MGM_IPC_EXPECT='no longer exported'"));
   // A free ends an export too.
   REQUIRE(c.ipc_export(p, 2) != nullptr);
   c.free(p, bytes, 2, nullptr);
@@ -422,6 +424,11 @@ TEST_CASE("child: ipc importer", "[.]") {
   const std::size_t bytes = std::stoull(std::getenv("MGM_IPC_BYTES"));
   auto* p = static_cast<unsigned char*>(c.ipc_import(std::getenv("MGM_IPC_TOKEN"), 2));
   INFO(c.last_error());
+  if (const char* expect = std::getenv("MGM_IPC_EXPECT")) {  // the import must fail, for this reason
+    REQUIRE(p == nullptr);
+    REQUIRE(std::string{c.last_error()}.find(expect) != std::string::npos);
+    return;
+  }
   REQUIRE(p != nullptr);
   for (std::size_t i = 0; i < bytes; ++i) REQUIRE(p[i] == static_cast<unsigned char>(i * 13));
   std::memset(p, 0x5a, bytes);

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -54,7 +55,9 @@ bool all_bytes(const void* p, std::size_t n, unsigned char v) {
   return true;
 }
 
-// The second process (tests/ipc_child.cpp), with its exit status and what it printed.
+// The second process (tests/ipc_child.cpp), with its exit status and what it printed (stdout and
+// stderr). It takes this process's descriptors for a token: under Yama's ptrace_scope 1 a child
+// may do so only with its parent's consent, which the exporter gives (as the C ABI does).
 struct child_result {
   int status{-1};
   std::string out;
@@ -65,6 +68,7 @@ child_result run_child(const std::vector<std::string>& args, int keep_fd = -1) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 2);
   if (keep_fd >= 0) posix_spawn_file_actions_adddup2(&fa, keep_fd, keep_fd);  // clears close-on-exec
   const std::string path = mgm_test::artifact(MGM_IPC_CHILD);
   std::vector<char*> argv{const_cast<char*>(path.c_str())};
@@ -217,6 +221,8 @@ TEST_CASE("ipc: import refuses descriptors that are not shareable device memory 
   bad.offset = 1536 * 1024;
   REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("does not lie inside"));
   REQUIRE_THROWS_AS((mgm::imported_block{vmm, bad}), mgm::logic_error);
+  bad.chunks.push_back(mgm::shared_chunk{mgm::unique_fd{::memfd_create("mgm-sim-device-0", MFD_CLOEXEC)}, SIZE_MAX - MiB});
+  REQUIRE_THROWS_WITH(bad.validate(), Catch::Contains("overflow"));
   CHECK(m.vmm().mapped_bytes(device_id{0}) == 0);
 }
 
@@ -267,10 +273,37 @@ TEST_CASE("ipc: a block over more chunks than one message carries crosses a sock
 TEST_CASE("ipc: tokens are checked before any descriptor is taken", "[ipc]") {
   REQUIRE_THROWS_WITH(mgm::open_shared_block_token("hello"), Catch::Contains("mgm-ipc1:"));
   REQUIRE_THROWS_WITH(mgm::open_shared_block_token("mgm-ipc1:12:0:0"), Catch::Contains("pid, device, offset or size"));
-  REQUIRE_THROWS_WITH(mgm::open_shared_block_token("mgm-ipc1:12:0:0:4096:"), Catch::Contains("no chunks"));
-  REQUIRE_THROWS_WITH(mgm::open_shared_block_token("mgm-ipc1:12:0:0:4096:5/x"), Catch::Contains("a chunk's size"));
+  REQUIRE_THROWS_WITH(mgm::open_shared_block_token("mgm-ipc1:12:0:0:4096:"), Catch::Contains("descriptor/bytes"));
+  REQUIRE_THROWS_WITH(mgm::open_shared_block_token("mgm-ipc1:12:0:0:4096:5/x"), Catch::Contains("descriptor/bytes"));
+  REQUIRE_THROWS_WITH(mgm::open_shared_block_token("mgm-ipc1:12:0:0:4096:5/2097152"),
+                      Catch::Contains("descriptor/bytes/device/inode"));  // no file identity
+  REQUIRE_THROWS_WITH(mgm::open_shared_block_token("mgm-ipc1:12:-3:0:4096:5/2097152/1/2"),
+                      Catch::Contains("pid, device, offset or size"));  // no signs
+  REQUIRE_THROWS_WITH(mgm::open_shared_block_token("mgm-ipc1:12:0:0:4096:5/2097152/1/2,"),
+                      Catch::Contains("descriptor/bytes/device/inode"));  // an empty last chunk
+  REQUIRE_THROWS_WITH(mgm::open_shared_block_token("mgm-ipc1:12:0:0:4096:-5/2097152/1/2"),
+                      Catch::Contains("descriptor/bytes/device/inode"));
   // A process that does not exist.
-  REQUIRE_THROWS_AS(mgm::open_shared_block_token("mgm-ipc1:999999999:0:0:4096:5/2097152"), std::system_error);
+  REQUIRE_THROWS_WITH(mgm::open_shared_block_token("mgm-ipc1:999999999:0:0:4096:5/2097152/1/2"),
+                      Catch::Contains("has exited"));
+}
+
+TEST_CASE("ipc: a token whose descriptors were closed, their numbers reused, is refused", "[ipc][sim][pool]") {
+  shareable_pool f;
+  void* a = f.pool.allocate(2 * MiB);
+  void* b = f.pool.allocate(2 * MiB + 4096);  // another chunk
+  std::memset(b, 0xbb, 2 * MiB);
+  std::string stale;
+  {
+    const mgm::shared_block sa = f.pool.export_block(a);
+    stale = mgm::shared_block_token(sa);
+    const mgm::shared_block same = mgm::open_shared_block_token(stale);  // while open: this process's own files
+    CHECK(same.chunks.size() == sa.chunks.size());
+  }  // a's descriptors closed
+  const mgm::shared_block sb = f.pool.export_block(b);  // the same numbers, other files
+  REQUIRE_THROWS_WITH(mgm::open_shared_block_token(stale), Catch::Contains("no longer exported"));
+  f.pool.deallocate(a, 2 * MiB);
+  f.pool.deallocate(b, 2 * MiB + 4096);
 }
 
 TEST_CASE("ipc: two processes share a pooled block, over a Unix socket and as a token", "[ipc][sim][pool]") {
@@ -294,6 +327,7 @@ TEST_CASE("ipc: two processes share a pooled block, over a Unix socket and as a 
     CHECK(std::string{answer, 2} == "ok");
   }
   SECTION("as a token, the descriptors taken from this process") {
+    (void)mgm::allow_token_imports();
     const std::string token = mgm::shared_block_token(s);
     CHECK(token.starts_with("mgm-ipc1:" + std::to_string(::getpid()) + ":1:"));
     const auto r = run_child({"token", token, "2x256MiB"});
@@ -312,7 +346,11 @@ TEST_CASE("ipc: the second process refuses a machine without the block's device"
   void* p = f.pool.allocate(2 * MiB);
   fill_pattern(p, 2 * MiB);
   const mgm::shared_block s = f.pool.export_block(p);
+  (void)mgm::allow_token_imports();
   const auto r = run_child({"token", mgm::shared_block_token(s), "1x256MiB"});
+  INFO(r.out);
   CHECK(r.status == 1);
+  CHECK(r.out.find("device 1") != std::string::npos);  // refused for the device, not anything else
+  CHECK(r.out.find("pidfd_getfd") == std::string::npos);
   f.pool.deallocate(p, 2 * MiB);
 }

@@ -119,13 +119,16 @@ MGM_C_API void* mgm_torch_base_alloc(void* ptr, size_t* size);
  * ncclCommRegister needs), with expandable_segments on (the default).
  *
  * mgm_ipc_export: a token naming the block `ptr` (a live allocation of `device`'s pool) as one
- * line of text (this process's id and descriptors), to pass by any channel; NULL on failure. The
- * descriptors stay open until mgm_ipc_unexport(ptr) or the block's free; keep the block allocated
- * until every importer closed its mapping (memory still mapped elsewhere lives on, but the pool
- * reuses the block).
+ * line of text (this process's id and descriptors), to pass by any channel; NULL on failure. It
+ * lives in a buffer of the calling thread until its next mgm_ipc_export; exporting `ptr` again
+ * gives the same token. The descriptors stay open until mgm_ipc_unexport(ptr) or the block's
+ * free; keep the block allocated until every importer closed its mapping (memory still mapped
+ * elsewhere lives on, but the pool reuses the block). Exporting lets other processes of this user
+ * take this process's descriptors under Yama's ptrace_scope 1 (prctl PR_SET_PTRACER_ANY), as
+ * importers must; while any block is exported, every free also takes the exports' lock.
  * mgm_ipc_import: in another process, the block of `token` mapped for `device` (this process's
- * ordinal of the same GPU); NULL on failure (the exporter gone, the token closed, no permission
- * to take its descriptors: pidfd_getfd needs the same user and Yama's ptrace_scope 0).
+ * ordinal of the same GPU); NULL on failure (the exporter gone, the block no longer exported, no
+ * permission to take its descriptors: pidfd_getfd needs the same user).
  * mgm_ipc_close: unmaps what mgm_ipc_import mapped. Order work across processes yourself (an IPC
  * event, or a host handshake): the pools order nothing between processes. 0, or -1. */
 MGM_C_API const char* mgm_ipc_export(void* ptr, int device);

@@ -28,8 +28,9 @@
 ///   `release_threshold_bytes`, a free that leaves reserved more than an eighth above it gives
 ///   back idle plain segments (from an index: no walk) and, once per such eighth freed, unmaps.
 /// - Over shareable virtual memory (an upstream made with `vmm_sharing::shareable`) every segment
-///   is expandable, small ones too, so that any block can be exported (`export_block`, for
-///   another process) or registered with NCCL.
+///   of the shared cache is expandable, small ones too, so that any of its blocks can be exported
+///   (`export_block`, for another process) or registered with NCCL. A graph capture's private
+///   pool still takes plain segments: its blocks are not shareable.
 ///
 /// ## CUDA graphs: the contract
 /// - What is allocated on a stream while it captures comes from a *private pool*: the capture's

@@ -77,14 +77,22 @@ void send_shared_block(int socket, const shared_block& b);
 [[nodiscard]] shared_block receive_shared_block(int socket);
 
 /// @brief `b` as one line of text naming this process and its descriptors
-/// (`mgm-ipc1:pid:device:offset:size:fd/bytes,...`), for a channel that carries only bytes (a
-/// pickle, an environment variable). The descriptors must stay open here, in `b`, until the other
-/// process has opened the token.
+/// (`mgm-ipc1:pid:device:offset:size:fd/bytes/st_dev/st_ino,...`), for a channel that carries only
+/// bytes (a pickle, an environment variable). The descriptors must stay open here, in `b`, until
+/// the other process has opened the token. @throws std::system_error when `fstat` fails.
 [[nodiscard]] std::string shared_block_token(const shared_block& b);
 /// @brief The block a token names, with the exporting process's descriptors copied into this one
-/// (`pidfd_getfd`: Linux 5.6, and permission to trace the exporter: the same user, and Yama's
-/// `ptrace_scope` 0 or the exporter a descendant). @throws mgm::logic_error for a malformed
-/// token; std::system_error naming the process when it is gone or its descriptors cannot be taken.
+/// (`pidfd_getfd`: Linux 5.6, and permission to trace the exporter: the same user, and under
+/// Yama's `ptrace_scope` 1 the exporter's consent, `prctl(PR_SET_PTRACER, importer)`, or the
+/// importer its ancestor). Each descriptor must still be the file the token names (its device and
+/// inode), so a token whose descriptors were closed and their numbers reused fails.
+/// @throws mgm::logic_error for a malformed token; std::system_error naming the process when it
+/// is gone, its descriptors cannot be taken, or they are no longer the block's.
 [[nodiscard]] shared_block open_shared_block_token(std::string_view token);
+/// @brief Lets other processes of this user take this process's descriptors for its tokens where
+/// Yama's `ptrace_scope` is 1 (`prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`: they may then also
+/// trace it, as they may everywhere without Yama). Returns false where the kernel refused (no
+/// Yama: nothing was needed).
+bool allow_token_imports() noexcept;
 
 }  // namespace mgm

@@ -31,7 +31,8 @@ class machine_state;
 /// (named after its device), which `map` maps shared over the reservation, so that another
 /// process can map the same pages: `export_handle` gives a new descriptor for it, and
 /// `import_handle` in another process (its own machine, with that device) makes a handle for it.
-/// Imported memory is charged to nobody here: the exporter's machine holds it. An imported
+/// Imported memory is charged to nobody here: the exporter's machine holds it, until the exporter
+/// releases it (a GPU counts it until the last importer lets go too; the simulator cannot). An imported
 /// descriptor must be a sim `memfd` of whole granules, else `cuda_error` (`cudaErrorInvalidValue`).
 /// A handle to its machine. **Thread safety:** safe.
 class vmm_ops {
