@@ -48,7 +48,7 @@ function(mgm_layer name)
   set(MGM_LAYERS ${MGM_LAYERS} ${name} PARENT_SCOPE)
 endfunction()
 
-mgm_layer(core SOURCES src/bytes.cpp src/device.cpp src/error.cpp src/fmt.cpp src/log.cpp src/pool_observer.cpp
+mgm_layer(core SOURCES src/bytes.cpp src/device.cpp src/error.cpp src/fmt.cpp src/log.cpp src/pool_observer.cpp src/unique_fd.cpp
                        src/platform/cuda_vmm_ops.cpp)
 target_include_directories(mgm_core PUBLIC "$<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>"
                                            "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")

@@ -10,11 +10,9 @@ descriptors, through multigpumem.ipc_export) when the pools' memory is shareable
 opens in the other process with multigpumem.ipc_import; the exporter keeps the array alive meanwhile.
 """
 import contextlib
+import functools
 
 import multigpumem
-
-_manager = None
-
 
 def _numba_cuda():
     try:
@@ -25,11 +23,9 @@ def _numba_cuda():
     return cuda, driver
 
 
+@functools.cache
 def manager():
     """The plugin class (made on first use, so that importing this module needs no Numba)."""
-    global _manager
-    if _manager is not None:
-        return _manager
     cuda, driver = _numba_cuda()
 
     class MultiGpuMemNumbaManager(cuda.HostOnlyCUDAMemoryManager):
@@ -74,8 +70,7 @@ def manager():
         def interface_version(self):
             return 1
 
-    _manager = MultiGpuMemNumbaManager
-    return _manager
+    return MultiGpuMemNumbaManager
 
 
 def _pointer_value(memory):
@@ -86,14 +81,9 @@ def _pointer_value(memory):
     return v or 0
 
 
-_ipc_class = None
-
-
+@functools.cache
 def ipc_handle_class():
     """numba.cuda's IpcHandle over a pooled block: pickled as our token, opened with ipc_import."""
-    global _ipc_class
-    if _ipc_class is not None:
-        return _ipc_class
     _, driver = _numba_cuda()
 
     class MultiGpuMemIpcHandle(driver.IpcHandle):
@@ -117,8 +107,7 @@ def ipc_handle_class():
         def __reduce__(self):
             return (_rebuild_ipc_handle, (self.token, self.size, self.device, self.offset))
 
-    _ipc_class = MultiGpuMemIpcHandle
-    return _ipc_class
+    return MultiGpuMemIpcHandle
 
 
 def _rebuild_ipc_handle(token, size, device, offset):

@@ -195,7 +195,8 @@ class pool_backend final : public backend {
     }
     exported_block e{pools_.pool(mgm::device_id{device}).export_block(p), {}};
     e.token = mgm::shared_block_token(e.block);
-    (void)mgm::allow_token_imports();  // importers take the descriptors with pidfd_getfd, under Yama too
+    static const bool allowed = mgm::allow_token_imports();  // once: importers take the descriptors
+    (void)allowed;                                            // with pidfd_getfd, under Yama too
     const std::lock_guard lock{ipc_mutex_};
     const auto [it, added] = exports_.emplace(p, std::move(e));  // another thread may have been first
     exported_.store(exports_.size(), std::memory_order_relaxed);
@@ -415,6 +416,19 @@ auto guarded(const char* who, F&& f, decltype(f()) on_error) noexcept -> decltyp
     set_error(std::string{who} + ": an unknown exception");
   }
   return on_error;
+}
+
+// 0 when `f` found `ptr`, else -1 with "WHO: ptr NOT_FOUND" as the error.
+template <class F>
+int found_or_fail(const char* who, const void* ptr, const char* not_found, F&& f) noexcept {
+  return guarded(
+      who,
+      [&] {
+        if (f()) return 0;
+        set_error(std::string{who} + ": " + mgm::detail::describe_address(ptr) + " " + not_found);
+        return -1;
+      },
+      -1);
 }
 
 int capture(void* stream, bool begin) noexcept {
@@ -658,14 +672,7 @@ MGM_C_API const char* mgm_ipc_export(void* ptr, int device) {
 MGM_C_API int mgm_ipc_unexport(void* ptr) {
   state* s = running();
   if (s == nullptr) return -1;
-  return guarded(
-      "mgm_ipc_unexport",
-      [&] {
-        if (s->pools->unexport(ptr)) return 0;
-        set_error("mgm_ipc_unexport: " + mgm::detail::describe_address(ptr) + " is not exported");
-        return -1;
-      },
-      -1);
+  return found_or_fail("mgm_ipc_unexport", ptr, "is not exported", [&] { return s->pools->unexport(ptr); });
 }
 
 MGM_C_API void* mgm_ipc_import(const char* token, int device) {
@@ -681,14 +688,8 @@ MGM_C_API void* mgm_ipc_import(const char* token, int device) {
 MGM_C_API int mgm_ipc_close(void* ptr) {
   state* s = running();
   if (s == nullptr) return -1;
-  return guarded(
-      "mgm_ipc_close",
-      [&] {
-        if (s->pools->close_import(ptr)) return 0;
-        set_error("mgm_ipc_close: " + mgm::detail::describe_address(ptr) + " is not a block mgm_ipc_import mapped");
-        return -1;
-      },
-      -1);
+  return found_or_fail("mgm_ipc_close", ptr, "is not a block mgm_ipc_import mapped",
+                       [&] { return s->pools->close_import(ptr); });
 }
 
 }  // extern "C"

@@ -19,11 +19,6 @@
 
 namespace mgm {
 
-void unique_fd::reset(int fd) noexcept {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 std::size_t shared_block::mapped_bytes() const noexcept {
   std::size_t n = 0;
   for (const auto& c : chunks) n = c.bytes > SIZE_MAX - n ? SIZE_MAX : n + c.bytes;  // saturates: validate() refuses
@@ -63,31 +58,44 @@ struct wire_header {
 
 [[noreturn]] void fail_errno(const std::string& what) { throw std::system_error{errno, std::generic_category(), what}; }
 
+// One message: the header and the chunk sizes, with room for `fds` descriptors in `control`.
+struct wire_message {
+  wire_header header{};
+  std::vector<std::uint64_t> sizes;
+  std::vector<char> control;
+  iovec iov[2]{};
+  msghdr msg{};
+
+  wire_message(std::size_t count, std::size_t fds) : sizes(count), control(CMSG_SPACE(fds * sizeof(int))) {
+    iov[0] = {&header, sizeof header};
+    iov[1] = {sizes.data(), sizes.size() * sizeof(std::uint64_t)};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+  }
+  wire_message(const wire_message&) = delete;
+  wire_message& operator=(const wire_message&) = delete;
+};
+
 void send_part(int socket, const shared_block& b, std::size_t first, std::size_t count) {
-  wire_header h{wire_magic, wire_version, b.device.value(), static_cast<std::uint32_t>(count),
-                b.offset,   b.size,       b.chunks.size(),  first};
-  std::vector<std::uint64_t> sizes(count);
+  wire_message m{count, count};
+  m.header = {wire_magic, wire_version, b.device.value(), static_cast<std::uint32_t>(count),
+              b.offset,   b.size,       b.chunks.size(),  first};
   std::vector<int> fds(count);
   for (std::size_t i = 0; i < count; ++i) {
-    sizes[i] = b.chunks[first + i].bytes;
+    m.sizes[i] = b.chunks[first + i].bytes;
     fds[i] = b.chunks[first + i].fd.get();
   }
-  iovec iov[2] = {{&h, sizeof h}, {sizes.data(), sizes.size() * sizeof(std::uint64_t)}};
-  std::vector<char> control(CMSG_SPACE(count * sizeof(int)));
-  msghdr msg{};
-  msg.msg_iov = iov;
-  msg.msg_iovlen = 2;
-  msg.msg_control = control.data();
-  msg.msg_controllen = control.size();
-  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
   cm->cmsg_level = SOL_SOCKET;
   cm->cmsg_type = SCM_RIGHTS;
   cm->cmsg_len = CMSG_LEN(count * sizeof(int));
   std::memcpy(CMSG_DATA(cm), fds.data(), count * sizeof(int));
-  const std::size_t want = sizeof h + sizes.size() * sizeof(std::uint64_t);
+  const std::size_t want = sizeof m.header + count * sizeof(std::uint64_t);
   ssize_t sent = 0;
   do {
-    sent = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
+    sent = ::sendmsg(socket, &m.msg, MSG_NOSIGNAL);
   } while (sent < 0 && errno == EINTR);
   if (sent < 0) fail_errno("send_shared_block: sendmsg");
   if (static_cast<std::size_t>(sent) != want) {
@@ -108,15 +116,9 @@ shared_block receive_shared_block(int socket) {
   shared_block b;
   std::size_t total = 1;
   while (b.chunks.size() < total) {
-    wire_header h{};
-    std::vector<std::uint64_t> sizes(fds_per_message);
-    iovec iov[2] = {{&h, sizeof h}, {sizes.data(), sizes.size() * sizeof(std::uint64_t)}};
-    std::vector<char> control(CMSG_SPACE(fds_per_message * sizeof(int)));
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = 2;
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
+    wire_message m{fds_per_message, fds_per_message};
+    const wire_header& h = m.header;
+    msghdr& msg = m.msg;
     ssize_t got = 0;
     do {
       got = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
@@ -152,7 +154,7 @@ shared_block receive_shared_block(int socket) {
     }
     MGM_EXPECTS(h.first == b.chunks.size() && h.total == total && h.first + h.count <= total,
                 "receive_shared_block: messages out of order");
-    for (std::size_t i = 0; i < h.count; ++i) b.chunks.push_back(shared_chunk{std::move(fds[i]), sizes[i]});
+    for (std::size_t i = 0; i < h.count; ++i) b.chunks.push_back(shared_chunk{std::move(fds[i]), m.sizes[i]});
   }
   b.validate();
   return b;

@@ -8,6 +8,7 @@
 #include <mgm/sim/peer_ops.hpp>
 #include <mgm/sim/stream_ops.hpp>
 #include <mgm/sim/vmm_ops.hpp>
+#include <mgm/unique_fd.hpp>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -179,19 +180,6 @@ constexpr std::size_t granule = vmm_ops::granule_bytes;
 // Shareable memory is a memfd named after its device, so that an importer knows whose it is.
 constexpr std::string_view memfd_prefix = "mgm-sim-device-";
 
-// A descriptor closed on scope exit unless released.
-struct fd_guard {
-  int fd{-1};
-  fd_guard() = default;
-  explicit fd_guard(int f) noexcept : fd{f} {}
-  fd_guard(const fd_guard&) = delete;
-  fd_guard& operator=(const fd_guard&) = delete;
-  ~fd_guard() {
-    if (fd >= 0) ::close(fd);
-  }
-  int release() noexcept { return std::exchange(fd, -1); }
-};
-
 std::string granular_problem(std::uintptr_t va, std::size_t bytes, const char* call) {
   if (bytes == 0 || bytes % granule != 0 || va % granule != 0) {
     return std::string{call} + "(" + detail::hex(va) + ", " + std::to_string(bytes) +
@@ -290,11 +278,11 @@ vmm_ops::physical_handle vmm_ops::create(device_id d, std::size_t bytes) {
   }
   machine_->check_unsafe_call("cuMemCreate");
   const detail::bookkeeping_timer timer{dev};
-  fd_guard memory;  // shareable: the pages, in a memfd another process can map
+  unique_fd memory;  // shareable: the pages, in a memfd another process can map
   if (sharing_ == vmm_sharing::shareable) {
     const std::string name = std::string{memfd_prefix} + std::to_string(d.value());
-    memory.fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
-    if (memory.fd < 0 || ::ftruncate(memory.fd, static_cast<off_t>(bytes)) != 0) {
+    memory.reset(::memfd_create(name.c_str(), MFD_CLOEXEC));
+    if (!memory || ::ftruncate(memory.get(), static_cast<off_t>(bytes)) != 0) {
       throw bad_alloc{"sim vmm: cannot make " + format_bytes(bytes) + " of shareable memory (memfd: " +
                       std::strerror(errno) + ")"};
     }
@@ -571,11 +559,11 @@ vmm_ops::physical_handle vmm_ops::import_handle(int fd) {
     throw invalid("it is memory of device " + std::to_string(ordinal) + ", which this machine (" +
                   std::to_string(machine_->devices.size()) + " devices) does not have");
   }
-  fd_guard own{::fcntl(fd, F_DUPFD_CLOEXEC, 0)};
-  if (own.fd < 0) throw bad_alloc{"sim vmm: import_handle: no descriptor left (" + std::string{std::strerror(errno)} + ")"};
+  unique_fd own{::fcntl(fd, F_DUPFD_CLOEXEC, 0)};
+  if (!own) throw bad_alloc{"sim vmm: import_handle: no descriptor left (" + std::string{std::strerror(errno)} + ")"};
   const std::lock_guard lock{machine_->vmm_mutex};
   detail::physical_allocation p{d, bytes};
-  p.fd = own.fd;
+  p.fd = own.get();
   p.imported = true;
   const auto h = machine_->next_handle;
   machine_->physical.emplace(h, p);

@@ -69,8 +69,8 @@ def install(setitem=None):
             setitem(sys.modules, name, module)
     sys.modules.pop("multigpumem.numba", None)
     import multigpumem.numba as mnumba
-    mnumba._manager = None
-    mnumba._ipc_class = None
+    mnumba.manager.cache_clear()  # the classes are made again over this stand-in
+    mnumba.ipc_handle_class.cache_clear()
     return mnumba, calls
 
 

@@ -226,7 +226,7 @@ TEST_CASE("ipc: import refuses descriptors that are not shareable device memory 
   CHECK(m.vmm().mapped_bytes(device_id{0}) == 0);
 }
 
-TEST_CASE("ipc: a failed import leaves nothing mapped or reserved", "[ipc][sim]") {
+TEST_CASE("ipc: a failed import leaves nothing mapped and breaks no rule", "[ipc][sim]") {
   shareable_pool f;
   void* p = f.pool.allocate(10 * MiB);
   mgm::shared_block s = f.pool.export_block(p);

@@ -33,14 +33,12 @@ class imported_block {
     bytes_ = block.mapped_bytes();
     base_ = vmm_.reserve(block.device, bytes_);
     try {
-      handles_.reserve(block.chunks.size());
-      sizes_.reserve(block.chunks.size());
+      chunks_.reserve(block.chunks.size());
       std::size_t at = 0;
       for (const auto& c : block.chunks) {
-        sizes_.push_back(c.bytes);
-        handles_.push_back(vmm_.import_handle(c.fd.get()));
-        vmm_.map(address(at), c.bytes, handles_.back());
-        ++mapped_;
+        chunks_.push_back({vmm_.import_handle(c.fd.get()), c.bytes, false});
+        vmm_.map(address(at), c.bytes, chunks_.back().h);
+        chunks_.back().mapped = true;
         at += c.bytes;
       }
       vmm_.set_access(base_, bytes_, readers);
@@ -56,9 +54,7 @@ class imported_block {
         bytes_{o.bytes_},
         offset_{o.offset_},
         size_{o.size_},
-        handles_{std::move(o.handles_)},
-        sizes_{std::move(o.sizes_)},
-        mapped_{o.mapped_} {}
+        chunks_{std::move(o.chunks_)} {}
   imported_block& operator=(imported_block&&) = delete;
   imported_block(const imported_block&) = delete;
   imported_block& operator=(const imported_block&) = delete;
@@ -80,15 +76,14 @@ class imported_block {
     if (base_ == nullptr) return;
     // The chunks were mapped back to back from base_: unmap the mapped ones, chunk by chunk.
     std::size_t at = 0;
-    for (std::size_t i = 0; i < mapped_; ++i) {
-      vmm_.unmap(address(at), sizes_[i]);
-      at += sizes_[i];
+    for (const chunk& c : chunks_) {
+      if (c.mapped) vmm_.unmap(address(at), c.bytes);
+      vmm_.release(c.h);
+      at += c.bytes;
     }
-    for (const handle h : handles_) vmm_.release(h);
     vmm_.unreserve(base_, bytes_);
     base_ = nullptr;
-    handles_.clear();
-    mapped_ = 0;
+    chunks_.clear();
   }
 
   Vmm vmm_;
@@ -97,9 +92,12 @@ class imported_block {
   std::size_t bytes_{0};
   std::size_t offset_;
   std::size_t size_;
-  std::vector<handle> handles_;
-  std::vector<std::size_t> sizes_;
-  std::size_t mapped_{0};
+  struct chunk {
+    handle h;
+    std::size_t bytes;
+    bool mapped;
+  };
+  std::vector<chunk> chunks_;  // imported, in address order
 };
 
 }  // namespace mgm

@@ -15,37 +15,14 @@
 #pragma once
 
 #include <mgm/device.hpp>
+#include <mgm/unique_fd.hpp>
 
 #include <cstddef>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace mgm {
-
-/// @brief A POSIX file descriptor, closed when its owner goes. Move-only.
-class unique_fd {
- public:
-  unique_fd() noexcept = default;
-  explicit unique_fd(int fd) noexcept : fd_{fd} {}
-  unique_fd(unique_fd&& o) noexcept : fd_{std::exchange(o.fd_, -1)} {}
-  unique_fd& operator=(unique_fd&& o) noexcept {
-    if (this != &o) reset(std::exchange(o.fd_, -1));
-    return *this;
-  }
-  unique_fd(const unique_fd&) = delete;
-  unique_fd& operator=(const unique_fd&) = delete;
-  ~unique_fd() { reset(); }
-
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  [[nodiscard]] explicit operator bool() const noexcept { return fd_ >= 0; }
-  int release() noexcept { return std::exchange(fd_, -1); }
-  void reset(int fd = -1) noexcept;
-
- private:
-  int fd_{-1};
-};
 
 /// @brief One physical chunk behind a shared block: its descriptor (POSIX, from
 /// `cuMemExportToShareableHandle` or the simulator's memfd) and its size.
