@@ -6,6 +6,7 @@
 
 #include "log_capture.hpp"
 #include <mgm/pool/caching_pool.hpp>
+#include <mgm/pool/detail/pool_mutex.hpp>
 #include <mgm/pool/multi_device_pool.hpp>
 #include <mgm/sim/judged.hpp>
 #include <mgm/sim/machine.hpp>
@@ -14,11 +15,13 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -547,4 +550,112 @@ TEST_CASE("pool: class template argument deduction, as the README writes it", "[
   judged_pool.deallocate_async(p, 1000, 256, machine.default_stream(device_id{0}));
   REQUIRE(pool.statistics().to_string().find("allocated: 0 B") != std::string::npos);
   REQUIRE(machine.hazards().empty());
+}
+
+// ---- delayed coalescing (parked frees) -----------------------------------------------------------
+
+TEST_CASE("pool: a freed small block is taken back as it is, its merges put off (parked)", "[pool][parked]") {
+  sim_setup s;
+  void* a = s.pool.allocate(4 * KiB);
+  void* b = s.pool.allocate(4 * KiB);
+  s.pool.deallocate(a, 4 * KiB);
+  s.pool.deallocate(b, 4 * KiB);  // its neighbours are free: parked, not merged
+  s.pool->check_invariants();
+  REQUIRE(s.pool.allocate(4 * KiB) == b);  // the same block, without a split
+  REQUIRE(s.pool.allocate(4 * KiB) == a);
+  s.pool.deallocate(a, 4 * KiB);
+  s.pool.deallocate(b, 4 * KiB);
+  s.pool->check_invariants();
+  REQUIRE(s.pool->statistics().inactive_split_bytes.current == 0);  // observers see the merged cache
+  REQUIRE(s.pool->snapshot().segments.at(0).blocks.size() == 1);
+}
+
+TEST_CASE("pool: parked blocks merge before the pool grows, and before it gives memory back", "[pool][parked]") {
+  sim_setup s;
+  std::vector<void*> pieces;
+  for (int i = 0; i < 400; ++i) pieces.push_back(s.pool.allocate(4 * KiB));  // 1.6 MiB of one segment
+  for (void* p : pieces) s.pool.deallocate(p, 4 * KiB);
+  s.pool->check_invariants();
+  SECTION("a request no single parked block can serve merges them: no new segment") {
+    void* big = s.pool.allocate(1 * MiB);
+    REQUIRE(s.m.memory(device_id{0}).used_bytes == 2 * MiB);
+    REQUIRE(s.pool->statistics().upstream_allocations == 1);
+    s.pool.deallocate(big, 1 * MiB);
+  }
+  SECTION("release() merges them: the whole segment goes back") {
+    REQUIRE(s.pool->release() == 2 * MiB);
+    REQUIRE(s.device_used() == 0);
+  }
+  s.pool->check_invariants();
+}
+
+TEST_CASE("pool: a full parked list is merged, and nothing is lost across many segments", "[pool][parked]") {
+  sim_setup s;
+  std::vector<void*> pieces;
+  for (int i = 0; i < 3000; ++i) pieces.push_back(s.pool.allocate(4 * KiB));  // more than 1,024 to park
+  const auto reserved = s.pool->reserved_bytes();
+  for (void* p : pieces) s.pool.deallocate(p, 4 * KiB);
+  s.pool->check_invariants();
+  for (int i = 0; i < 20; ++i) pieces[static_cast<std::size_t>(i)] = s.pool.allocate(512 * KiB);  // 10 MiB, merged
+  REQUIRE(s.pool->reserved_bytes() == reserved);
+  for (int i = 0; i < 20; ++i) s.pool.deallocate(pieces[static_cast<std::size_t>(i)], 512 * KiB);
+  REQUIRE(s.pool->release() == reserved);
+  s.pool->check_invariants();
+}
+
+TEST_CASE("pool: another stream's parked blocks merge and are taken after an event", "[pool][parked][streams]") {
+  sim_setup s;
+  const auto s1 = s.m.create_stream(device_id{0});
+  const auto s2 = s.m.create_stream(device_id{0});
+  std::vector<void*> pieces;
+  for (int i = 0; i < 400; ++i) pieces.push_back(s.pool.allocate_async(4 * KiB, 256, s1));
+  s.m.enqueue(s1, std::chrono::milliseconds{1});  // s1's work still runs when s2 takes the memory
+  for (void* p : pieces) s.pool.deallocate_async(p, 4 * KiB, 256, s1);
+  void* big = s.pool.allocate_async(1 * MiB, 256, s2);  // merged on s1, then stolen: the judge checks the wait
+  REQUIRE(s.pool->statistics().upstream_allocations == 1);
+  s.pool.deallocate_async(big, 1 * MiB, 256, s2);
+  s.pool->check_invariants();
+}
+
+// ---- the pool's lock ---------------------------------------------------------------------------
+
+TEST_CASE("pool_mutex: mutual exclusion and progress under contention", "[pool][lock]") {
+  mgm::detail::pool_mutex mu;
+  std::uint64_t counter = 0;  // plain: only the lock orders its updates (tsan checks it)
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
+  constexpr int threads = 4;
+  constexpr int rounds = 20000;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&] {
+      for (int i = 0; i < rounds; ++i) {
+        const std::lock_guard lock{mu};
+        if (inside.fetch_add(1) != 0) overlapped = true;
+        ++counter;
+        inside.fetch_sub(1);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  REQUIRE_FALSE(overlapped);
+  REQUIRE(counter == std::uint64_t{threads} * rounds);
+}
+
+TEST_CASE("pool_mutex: a waiter sleeps while the lock is held long, and gets it when it is given back", "[pool][lock]") {
+  mgm::detail::pool_mutex mu;
+  mu.lock();
+  REQUIRE_FALSE(mu.try_lock());
+  std::atomic<bool> got{false};
+  std::thread waiter{[&] {
+    const std::lock_guard lock{mu};
+    got = true;
+  }};
+  std::this_thread::sleep_for(std::chrono::milliseconds{20});  // past its spins: asleep on the word
+  REQUIRE_FALSE(got.load());
+  mu.unlock();
+  waiter.join();
+  REQUIRE(got.load());
+  REQUIRE(mu.try_lock());
+  mu.unlock();
 }

@@ -28,12 +28,13 @@
 #include <mgm/log.hpp>
 #include <mgm/pool/detail/block_space.hpp>
 #include <mgm/pool/detail/nvtx.hpp>
+#include <mgm/pool/detail/pool_mutex.hpp>
 #include <mgm/pool/detail/stream_cache.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <memory>
-#include <mutex>
+#include <mutex>  // std::unique_lock
 #include <string>
 #include <vector>
 
@@ -116,7 +117,7 @@ class expandable_source {
   /// neighbour below, if any) without the lock, reserving a new range when none has room.
   /// Returns the block out of every index, or nullptr when the device is out of memory (nothing
   /// changed). When it throws, nothing changed either.
-  block* try_grow(std::unique_lock<std::mutex>& lock, Upstream& upstream, block_space<Statistics>& space,
+  block* try_grow(std::unique_lock<pool_mutex>& lock, Upstream& upstream, block_space<Statistics>& space,
                   stream_slot& slot, std::size_t size, bool small) {
     if constexpr (!vmm_allocator<Upstream>) {
       (void)lock, (void)upstream, (void)space, (void)slot, (void)size, (void)small;
@@ -219,7 +220,7 @@ class expandable_source {
   /// stream may still use it: its event is waited for first (the release path may block the
   /// host). Unmapping happens without the lock. Streams that capture are left alone.
   template <class Ops>
-  std::size_t unmap_idle(std::unique_lock<std::mutex>& lock, block_space<Statistics>& space, stream_cache<Ops>& cache,
+  std::size_t unmap_idle(std::unique_lock<pool_mutex>& lock, block_space<Statistics>& space, stream_cache<Ops>& cache,
                          Ops& ops, std::size_t keep) noexcept {
     if constexpr (!vmm_allocator<Upstream>) {
       (void)lock, (void)space, (void)cache, (void)ops, (void)keep;
@@ -431,7 +432,7 @@ class expandable_source {
 
   /// A new reserved range for the stream and size class (the device's memory and an eighth, as
   /// PyTorch reserves, or the request if larger). False when the address space is exhausted.
-  bool reserve(std::unique_lock<std::mutex>& lock, Upstream& upstream, block_space<Statistics>& space,
+  bool reserve(std::unique_lock<pool_mutex>& lock, Upstream& upstream, block_space<Statistics>& space,
                stream_slot& slot, std::size_t size, bool small) {
     if constexpr (vmm_allocator<Upstream>) {
       std::size_t bytes = upstream.total_bytes() / 8 * 9;

@@ -11,6 +11,7 @@
 #include <mgm/log.hpp>
 #include <mgm/pool/detail/block.hpp>
 #include <mgm/pool/detail/capture_pools.hpp>
+#include <mgm/pool/detail/pool_mutex.hpp>
 #include <mgm/pool/oom_info.hpp>
 #include <mgm/pool/pool_options.hpp>
 #include <mgm/pool/pool_snapshot.hpp>
@@ -18,7 +19,7 @@
 #include <mgm/pool_observer.hpp>
 
 #include <algorithm>
-#include <mutex>
+#include <mutex>  // std::unique_lock
 #include <string>
 #include <vector>
 
@@ -60,6 +61,7 @@ struct pool_inspect {
 
   template <class Pool>
   static pool_statistics statistics(const Pool& p) {
+    p.space_.merge_parked();  // the figures of a merged cache (parking is not the caller's concern)
     const auto& space = p.space_;
     pool_statistics s = space.stats;
     s.reserved_bytes.current = static_cast<std::int64_t>(space.reserved);
@@ -78,6 +80,7 @@ struct pool_inspect {
 
   template <class Pool>
   static pool_snapshot snapshot(const Pool& p) {
+    p.space_.merge_parked();  // as statistics()
     pool_snapshot snap;
     snap.device = p.device_.value();
     for_each_head(p, [&](const block* head) {
@@ -138,7 +141,7 @@ struct pool_inspect {
     const auto fail = [](const std::string& what) { throw logic_error{"caching_pool invariant broken: " + what}; };
     const auto& space = p.space_;
     std::size_t mapped = 0, allocated = 0, free_bytes = 0, unmapped = 0, pending = 0, idle = 0;
-    std::size_t allocated_count = 0, idle_plain = 0;
+    std::size_t allocated_count = 0, idle_plain = 0, parked = 0;
     for_each_head(p, [&](const block* head) {
       if (head->prev != nullptr) fail("a segment head has a neighbour below");
       for (const block* b = head; b != nullptr; b = b->next) {
@@ -152,6 +155,7 @@ struct pool_inspect {
           continue;
         }
         mapped += b->size;
+        if (b->parked()) ++parked;
         if (b->state == block_state::allocated) {
           allocated += b->size;
           ++allocated_count;
@@ -171,8 +175,8 @@ struct pool_inspect {
             }
           }
           if (const block* n = b->next; n != nullptr && n->state == block_state::free && !n->unmapped() &&
-                                        n->owner == b->owner) {
-            fail("two free neighbours of the same stream did not merge");
+                                        n->owner == b->owner && !b->parked() && !n->parked()) {
+            fail("two free neighbours of the same stream did not merge (and neither is parked)");
           }
         }
       }
@@ -197,6 +201,7 @@ struct pool_inspect {
     if (idle != space.idle) fail("idle bytes != the sum of free whole segments");
     if (idle_plain != space.idle_segments().size()) fail("the idle index holds blocks that are not idle segments");
     if (allocated_count != space.map.size()) fail("the block map and the allocated blocks disagree");
+    if (parked > space.parked().size()) fail("a block flagged parked is not in the parked list");
     if (static_cast<std::size_t>(space.stats.reserved_bytes.current) != space.reserved) {
       fail("the reserved statistic != reserved");
     }
@@ -237,7 +242,7 @@ struct pool_inspect {
   /// A private pool no capture uses any more: held blocks rejoin the shared cache, idle segments
   /// go back to the upstream (a synchronous free: the device's work is done with them first).
   template <class Pool>
-  static void release_private(Pool& p, std::unique_lock<std::mutex>& lock, private_pool& pool) noexcept {
+  static void release_private(Pool& p, std::unique_lock<pool_mutex>& lock, private_pool& pool) noexcept {
     std::vector<private_pool*> owners;  // other released pools its held blocks return to
     for (block* b = std::exchange(pool.held, nullptr); b != nullptr;) {
       block* next = b->u.waiting.next;

@@ -10,13 +10,14 @@
 #include <mgm/pool/detail/block_space.hpp>
 #include <mgm/pool/detail/capture_pools.hpp>
 #include <mgm/pool/detail/pool_inspect.hpp>
+#include <mgm/pool/detail/pool_mutex.hpp>
 #include <mgm/pool/detail/segment_source.hpp>
 #include <mgm/pool/detail/stream_cache.hpp>
 #include <mgm/stream.hpp>
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
+#include <mutex>  // std::unique_lock
 #include <string>
 #include <vector>
 
@@ -24,9 +25,17 @@ namespace mgm::detail {
 
 struct pool_slow_paths {
   template <class Pool>
-  static block* allocate_slow(Pool& p, std::unique_lock<std::mutex>& lock, stream_slot& slot, std::size_t size,
+  static block* allocate_slow(Pool& p, std::unique_lock<pool_mutex>& lock, stream_slot& slot, std::size_t size,
                                bool small, stream_ref stream) {
     p.cache_.slots().prepare();  // a spare slot for a free on a new stream, if an earlier one failed
+    if (p.space_.has_parked()) {  // the merges put off first: a merged block may serve the request
+      p.space_.merge_parked();
+      if (block* b = slot.index(small).find(size); b != nullptr && p.acceptable(b, size)) {
+        p.prepare();
+        p.space_.take_free(b);
+        return b;
+      }
+    }
     if (block* b = slot.index(small).scan(size); b != nullptr && p.acceptable(b, size)) {
       p.prepare();
       p.space_.take_free(b);
@@ -58,7 +67,7 @@ struct pool_slow_paths {
   /// An allocation on a capturing stream: from its capture's private pool, with no event query;
   /// a new segment is taken under the relaxed capture mode, with nothing given back to retry.
   template <class Pool>
-  static void* allocate_captured(Pool& p, std::unique_lock<std::mutex>& lock, std::size_t size, std::size_t bytes, stream_ref stream,
+  static void* allocate_captured(Pool& p, std::unique_lock<pool_mutex>& lock, std::size_t size, std::size_t bytes, stream_ref stream,
                           std::uint64_t capture) {
     private_pool& pool = p.captures_.for_capture(capture);
     stream_slot& slot = pool.slots.slot_for(stream.get());
@@ -85,7 +94,7 @@ struct pool_slow_paths {
   /// A free on another stream, of a block used on several streams, of a private pool's block, or
   /// during a capture.
   template <class Pool>
-  static void free_slow(Pool& p, std::unique_lock<std::mutex>& lock, block* b, stream_ref stream, std::uint64_t capture) noexcept {
+  static void free_slow(Pool& p, std::unique_lock<pool_mutex>& lock, block* b, stream_ref stream, std::uint64_t capture) noexcept {
     // A block of a forgotten stream's slot gives it up when it gets another owner (an orphan or
     // a block held without a slot keeps it).
     stream_slot* const old = b->owner;
@@ -129,14 +138,15 @@ struct pool_slow_paths {
 
   /// Gives back what this pool holds idle (the out-of-memory pipeline's second step).
   template <class Pool>
-  static void reclaim(Pool& p, std::unique_lock<std::mutex>& lock) {
+  static void reclaim(Pool& p, std::unique_lock<pool_mutex>& lock) {
     process_pending(p);
     trim(p, lock, 0);
   }
 
   /// Returns idle memory until `reserved <= keep`; unlocks for the upstream calls.
   template <class Pool>
-  static std::size_t trim(Pool& p, std::unique_lock<std::mutex>& lock, std::size_t keep) noexcept {
+  static std::size_t trim(Pool& p, std::unique_lock<pool_mutex>& lock, std::size_t keep) noexcept {
+    p.space_.merge_parked();  // idle segments and granules show only once merged
     // Released private pools whose blocks came back late (pending frees, orphans) go too.
     std::vector<private_pool*> done;
     try {
@@ -157,7 +167,7 @@ struct pool_slow_paths {
     return released;
   }
   template <class Pool>
-  static std::size_t give_back_idle(Pool& p, std::unique_lock<std::mutex>& lock, std::size_t keep) noexcept {
+  static std::size_t give_back_idle(Pool& p, std::unique_lock<pool_mutex>& lock, std::size_t keep) noexcept {
     std::vector<typename Pool::plain_type::victim> victims;
     try {
       victims.reserve(p.space_.indexes_idle() ? p.space_.idle_segments().size() : p.plain_.heads().size());
@@ -172,8 +182,9 @@ struct pool_slow_paths {
   /// Above the release threshold by its margin: idle plain segments go (from the idle index), and
   /// idle granules are unmapped once per margin freed.
   template <class Pool>
-  static void trim_for_threshold(Pool& p, std::unique_lock<std::mutex>& lock, std::size_t freed) noexcept {
+  static void trim_for_threshold(Pool& p, std::unique_lock<pool_mutex>& lock, std::size_t freed) noexcept {
     const std::size_t threshold = p.space_.options().release_threshold_bytes;
+    if (p.space_.has_parked()) p.space_.merge_parked();
     if (!p.space_.idle_segments().empty()) give_back_idle(p, lock, threshold);
     if (!p.expand_.on() || p.space_.reserved <= p.trim_at_) return;
     p.freed_above_ += freed;

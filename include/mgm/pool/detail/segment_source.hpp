@@ -15,12 +15,13 @@
 #include <mgm/error.hpp>
 #include <mgm/pool/detail/block_space.hpp>
 #include <mgm/pool/detail/nvtx.hpp>
+#include <mgm/pool/detail/pool_mutex.hpp>
 #include <mgm/pool/oom_info.hpp>
 #include <mgm/stream.hpp>
 
 #include <algorithm>
 #include <cstddef>
-#include <mutex>
+#include <mutex>  // std::unique_lock
 #include <vector>
 
 namespace mgm::detail {
@@ -52,7 +53,7 @@ class relaxed_capture {
 /// it asks, reclaim and try once more; 4. `out_of_memory`. A capture skips 2 and 3: giving
 /// memory back would synchronise the device in the middle of it.
 template <bool Statistics, class Attempt, class Reclaim, class Describe>
-block* with_oom_retries(std::unique_lock<std::mutex>& lock, pool_statistics& stats, const oom_handler& handler,
+block* with_oom_retries(std::unique_lock<pool_mutex>& lock, pool_statistics& stats, const oom_handler& handler,
                         std::size_t size, bool capturing, Attempt&& attempt, Reclaim&& reclaim, Describe&& describe) {
   if (block* b = attempt(false)) return b;
   if (!capturing) {
@@ -101,7 +102,7 @@ class segment_source {
   /// One new segment of `seg` bytes, owned by `slot` and listed in `list`: one free block, in no
   /// index. nullptr when the upstream is out of memory. Unlocks around the upstream call. When it
   /// throws, nothing changed.
-  block* take(std::unique_lock<std::mutex>& lock, Upstream& upstream, stream_ops_type& ops, block_space<Statistics>& space,
+  block* take(std::unique_lock<pool_mutex>& lock, Upstream& upstream, stream_ops_type& ops, block_space<Statistics>& space,
               std::vector<block*>& list, stream_slot& slot, std::size_t seg, bool small, stream_ref stream,
               bool capturing) {
     lock.unlock();
