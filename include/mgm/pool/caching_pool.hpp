@@ -14,10 +14,7 @@
 /// ## Behaviour
 /// - Requests are rounded up to `round_bytes` (256) and looked up in the stream's index; a larger
 ///   free block is split when the rest is worth keeping; a freed block merges with its free
-///   neighbours of the same stream. On the hit path that merge is put off (*parked*): the block
-///   waits in its index as it is, so that the next request of its size takes it back without a
-///   split; the merges are made before the pool looks beyond the stream's index, before it gives
-///   memory back, and once per 1,024 parked blocks.
+///   neighbours of the same stream.
 /// - A block freed on stream S is reusable on S at once; another stream takes it only after an
 ///   event on S that covers the free, found complete or waited for on the device, never the host.
 /// - `record_stream(p, U)`: p is also used on U; its free records an event on U, and the block is
@@ -58,9 +55,8 @@
 /// idle. `check_invariants()` checks what the parts' headers state.
 ///
 /// ## Costs
-/// Cache hit (alloc + free): one atomic exchange each (`pool_mutex`: the unlock is a store); two bit
-/// scans; no split and no merge when the size was freed before; no allocation; one multiply and
-/// one compare in the block map. Statistics are a template switch.
+/// Cache hit (alloc + free): one lock each (`pool_mutex`: an atomic exchange; the unlock is a store); two bit scans; no allocation; one multiply and one
+/// compare in the block map. Statistics are a template switch.
 #pragma once
 
 #include <mgm/allocator_ref.hpp>
@@ -176,11 +172,9 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       if constexpr (Statistics) space_.inactive_split_rose(0, static_cast<std::size_t>(space_.stats.allocated_bytes.current));
     } else {
       b->free_epoch = slot->next_epoch();
-      b = space_.park_free(b);
+      b = space_.insert_free(b);
       if constexpr (Statistics) {
-        if (b != nullptr && !b->whole_segment()) {
-          space_.inactive_split_rose(freed, static_cast<std::size_t>(space_.stats.allocated_bytes.current));
-        }
+        if (!b->whole_segment()) space_.inactive_split_rose(freed, static_cast<std::size_t>(space_.stats.allocated_bytes.current));
       }
     }
     if (space_.reserved > trim_at_) [[unlikely]] detail::pool_slow_paths::trim_for_threshold(*this, lock, freed);
@@ -430,7 +424,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   std::size_t freed_above_{0};  // bytes freed above trim_at_ since granules were last unmapped
 
   mutable detail::pool_mutex mutex_;
-  mutable space_type space_;  // mutable: the observers make the parked merges first (nothing a caller sees changes)
+  space_type space_;
   detail::stream_cache<stream_ops_type> cache_;
   detail::pending_frees<stream_ops_type, Statistics> pending_;
   detail::capture_pools captures_;

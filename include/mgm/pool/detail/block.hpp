@@ -55,15 +55,12 @@ struct block {
   block_state state{block_state::free};
   std::uint8_t small{0};          ///< from a small segment
   std::uint8_t extra_streams{0};  ///< used on other streams too (record_stream)
-  std::uint8_t vm{0};             ///< bit 0: in an expandable segment; bit 1: no memory mapped behind it;
-                                  ///< bit 2: in the parked list (`block_space::park_free`)
+  std::uint8_t vm{0};             ///< bit 0: in an expandable segment; bit 1: no memory mapped behind it
 
   [[nodiscard]] bool whole_segment() const noexcept { return prev == nullptr && next == nullptr; }
   [[nodiscard]] bool expandable() const noexcept { return (vm & 1U) != 0; }
   [[nodiscard]] bool unmapped() const noexcept { return (vm & 2U) != 0; }
   void set_unmapped(bool value) noexcept { vm = static_cast<std::uint8_t>(value ? (vm | 2U) : (vm & ~2U)); }
-  [[nodiscard]] bool parked() const noexcept { return (vm & 4U) != 0; }
-  void set_parked(bool value) noexcept { vm = static_cast<std::uint8_t>(value ? (vm | 4U) : (vm & ~4U)); }
 };
 static_assert(sizeof(block) <= 80, "a block record stays small: 80 bytes, from slabs");
 
@@ -88,7 +85,6 @@ class block_arena {
     return b;
   }
   void recycle(block* b) noexcept {
-    b->owner = nullptr;  // no block: a stale pointer to it (the parked list's) sees none
     b->next = free_;
     free_ = b;
     --live_;

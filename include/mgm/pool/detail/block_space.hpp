@@ -7,10 +7,7 @@
 /// - `reserved == allocated + pending + Σ free block sizes` (free: in a slot's mapped index)
 /// - `idle == Σ sizes of free blocks that are a whole segment`
 /// - the idle index holds exactly the free whole *plain* segments of the shared cache
-/// - no two free mapped address neighbours have the same owner (they would have merged), unless
-///   one of them is in the parked list
-/// - a live block with the parked flag is in the parked list (the list may also hold records
-///   recycled since, or blocks allocated again: merging them is skipped or does nothing)
+/// - no two free mapped address neighbours have the same owner (they would have merged)
 /// - the pointer map holds exactly the allocated blocks
 #pragma once
 
@@ -19,7 +16,6 @@
 #include <mgm/pool/pool_options.hpp>
 #include <mgm/pool/pool_statistics.hpp>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -30,9 +26,7 @@ template <bool Statistics>
 class block_space {
  public:
   explicit block_space(pool_options options)
-      : options_{std::move(options)}, index_idle_{options_.release_threshold_bytes != pool_options::unlimited} {
-    parked_.reserve(parked_capacity);
-  }
+      : options_{std::move(options)}, index_idle_{options_.release_threshold_bytes != pool_options::unlimited} {}
 
   block_arena arena;
   block_map map;
@@ -48,72 +42,26 @@ class block_space {
   MGM_HOT_INLINE block* insert_free(block* b) noexcept {
     b->state = block_state::free;
     tlsf_index& index = b->owner->index(b->small != 0);
-    // Loops: with parked blocks about, a free neighbour may itself have free neighbours left unmerged.
-    while (block* p = b->prev) {
-      if (p->state != block_state::free || p->owner != b->owner || p->unmapped()) break;
+    if (block* p = b->prev; p != nullptr && p->state == block_state::free && p->owner == b->owner && !p->unmapped()) {
       index.remove(p);
       p->size += b->size;
       p->next = b->next;
       if (b->next != nullptr) b->next->prev = p;
-      p->free_epoch = std::max(p->free_epoch, b->free_epoch);  // an event covering the later covers both
+      p->free_epoch = b->free_epoch;  // the later free: an event covering it covers both
       arena.recycle(b);
       b = p;
     }
-    while (block* n = b->next) {
-      if (n->state != block_state::free || n->owner != b->owner || n->unmapped()) break;
+    if (block* n = b->next; n != nullptr && n->state == block_state::free && n->owner == b->owner && !n->unmapped()) {
       index.remove(n);
       b->size += n->size;
       b->next = n->next;
       if (n->next != nullptr) n->next->prev = b;
-      b->free_epoch = std::max(b->free_epoch, n->free_epoch);  // n may be a parked, later free
       arena.recycle(n);
     }
     if (b->whole_segment()) [[unlikely]] become_idle(b);
     index.insert(b);
     return b;
   }
-
-  /// The hit path's free: `insert_free` with its merges put off (delayed coalescing). A block of a
-  /// small segment that would merge goes into its owner's index as it is and into the parked
-  /// list, so that the next request of its size takes it back without a split, and its free
-  /// without a merge. The merges happen in `merge_parked`: before the pool looks further than the
-  /// request's index (a miss), before it gives memory back or is observed, and when the list is
-  /// full. Large blocks merge at once: measured on the ResNet-50 trace, parking them too raised
-  /// reserved/live from 1.005 to 1.045 (other sizes split the unmerged pieces).
-  /// Returns the block inserted (merged), or nullptr when it was parked (its rise of the inactive
-  /// split figure is then counted here; its peak is taken at the merge).
-  MGM_HOT_INLINE block* park_free(block* b) noexcept {
-    const auto joins = [b](const block* n) {
-      return n != nullptr && n->state == block_state::free && n->owner == b->owner && !n->unmapped();
-    };
-    if (b->small == 0 || (!joins(b->prev) && !joins(b->next))) return insert_free(b);
-    if (!b->parked()) {
-      if (parked_.size() == parked_capacity) [[unlikely]] merge_parked();  // b is not free yet: it stays
-      b->set_parked(true);
-      parked_.push_back(b);  // within the capacity reserved: does not allocate
-    }
-    b->state = block_state::free;
-    b->owner->index(b->small != 0).insert(b);  // not a whole segment: it has a free neighbour
-    if constexpr (Statistics) stats.inactive_split_bytes.total += b->size;
-    return nullptr;
-  }
-
-  /// Merges every parked block that is still free with its free neighbours of the same owner.
-  void merge_parked() noexcept {
-    for (block* b : parked_) {
-      if (b->owner == nullptr) continue;  // recycled (merged into a neighbour) since it was parked
-      b->set_parked(false);
-      // Allocated again, unmapped, or whole already (its neighbours merged into it): nothing to do.
-      if (b->state != block_state::free || b->unmapped() || b->whole_segment()) continue;
-      b->owner->index(b->small != 0).remove(b);  // not whole: no idle figures to change
-      (void)insert_free(b);
-    }
-    parked_.clear();
-    if constexpr (Statistics) inactive_split_rose(0, static_cast<std::size_t>(stats.allocated_bytes.current));
-  }
-  /// Whether blocks wait in the parked list (their merges not made yet).
-  [[nodiscard]] bool has_parked() const noexcept { return !parked_.empty(); }
-  [[nodiscard]] const std::vector<block*>& parked() const noexcept { return parked_; }
 
   /// Takes a free block out of its owner's index (and the idle figures).
   MGM_HOT_INLINE void take_free(block* b) noexcept {
@@ -155,7 +103,7 @@ class block_space {
     if (b->next != nullptr) b->next->prev = r;
     b->next = r;
     r->small = b->small;
-    r->vm = static_cast<std::uint8_t>(b->vm & ~4U);  // not in the parked list
+    r->vm = b->vm;
     r->owner = b->owner;
     r->free_epoch = b->free_epoch;
     r->state = b->state;
@@ -208,11 +156,9 @@ class block_space {
     }
   }
 
-  static constexpr std::size_t parked_capacity = 1024;  // a drain per 1,024 merges put off, at most
   pool_options options_;
   bool index_idle_;
   std::vector<block*> idle_segments_;
-  std::vector<block*> parked_;  ///< blocks whose merges were put off (capacity reserved: never allocates)
 };
 
 }  // namespace mgm::detail

@@ -61,7 +61,6 @@ struct pool_inspect {
 
   template <class Pool>
   static pool_statistics statistics(const Pool& p) {
-    p.space_.merge_parked();  // the figures of a merged cache (parking is not the caller's concern)
     const auto& space = p.space_;
     pool_statistics s = space.stats;
     s.reserved_bytes.current = static_cast<std::int64_t>(space.reserved);
@@ -80,7 +79,6 @@ struct pool_inspect {
 
   template <class Pool>
   static pool_snapshot snapshot(const Pool& p) {
-    p.space_.merge_parked();  // as statistics()
     pool_snapshot snap;
     snap.device = p.device_.value();
     for_each_head(p, [&](const block* head) {
@@ -141,7 +139,7 @@ struct pool_inspect {
     const auto fail = [](const std::string& what) { throw logic_error{"caching_pool invariant broken: " + what}; };
     const auto& space = p.space_;
     std::size_t mapped = 0, allocated = 0, free_bytes = 0, unmapped = 0, pending = 0, idle = 0;
-    std::size_t allocated_count = 0, idle_plain = 0, parked = 0;
+    std::size_t allocated_count = 0, idle_plain = 0;
     for_each_head(p, [&](const block* head) {
       if (head->prev != nullptr) fail("a segment head has a neighbour below");
       for (const block* b = head; b != nullptr; b = b->next) {
@@ -155,7 +153,6 @@ struct pool_inspect {
           continue;
         }
         mapped += b->size;
-        if (b->parked()) ++parked;
         if (b->state == block_state::allocated) {
           allocated += b->size;
           ++allocated_count;
@@ -175,8 +172,8 @@ struct pool_inspect {
             }
           }
           if (const block* n = b->next; n != nullptr && n->state == block_state::free && !n->unmapped() &&
-                                        n->owner == b->owner && !b->parked() && !n->parked()) {
-            fail("two free neighbours of the same stream did not merge (and neither is parked)");
+                                        n->owner == b->owner) {
+            fail("two free neighbours of the same stream did not merge");
           }
         }
       }
@@ -201,7 +198,6 @@ struct pool_inspect {
     if (idle != space.idle) fail("idle bytes != the sum of free whole segments");
     if (idle_plain != space.idle_segments().size()) fail("the idle index holds blocks that are not idle segments");
     if (allocated_count != space.map.size()) fail("the block map and the allocated blocks disagree");
-    if (parked > space.parked().size()) fail("a block flagged parked is not in the parked list");
     if (static_cast<std::size_t>(space.stats.reserved_bytes.current) != space.reserved) {
       fail("the reserved statistic != reserved");
     }

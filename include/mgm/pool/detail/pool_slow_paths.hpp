@@ -28,14 +28,6 @@ struct pool_slow_paths {
   static block* allocate_slow(Pool& p, std::unique_lock<pool_mutex>& lock, stream_slot& slot, std::size_t size,
                                bool small, stream_ref stream) {
     p.cache_.slots().prepare();  // a spare slot for a free on a new stream, if an earlier one failed
-    if (p.space_.has_parked()) {  // the merges put off first: a merged block may serve the request
-      p.space_.merge_parked();
-      if (block* b = slot.index(small).find(size); b != nullptr && p.acceptable(b, size)) {
-        p.prepare();
-        p.space_.take_free(b);
-        return b;
-      }
-    }
     if (block* b = slot.index(small).scan(size); b != nullptr && p.acceptable(b, size)) {
       p.prepare();
       p.space_.take_free(b);
@@ -146,7 +138,6 @@ struct pool_slow_paths {
   /// Returns idle memory until `reserved <= keep`; unlocks for the upstream calls.
   template <class Pool>
   static std::size_t trim(Pool& p, std::unique_lock<pool_mutex>& lock, std::size_t keep) noexcept {
-    p.space_.merge_parked();  // idle segments and granules show only once merged
     // Released private pools whose blocks came back late (pending frees, orphans) go too.
     std::vector<private_pool*> done;
     try {
@@ -184,7 +175,6 @@ struct pool_slow_paths {
   template <class Pool>
   static void trim_for_threshold(Pool& p, std::unique_lock<pool_mutex>& lock, std::size_t freed) noexcept {
     const std::size_t threshold = p.space_.options().release_threshold_bytes;
-    if (p.space_.has_parked()) p.space_.merge_parked();
     if (!p.space_.idle_segments().empty()) give_back_idle(p, lock, threshold);
     if (!p.expand_.on() || p.space_.reserved <= p.trim_at_) return;
     p.freed_above_ += freed;

@@ -18,7 +18,6 @@ template <class Pool>
 void pool_inspect::forget_stream(Pool& p, stream_ref stream) {
   using entry = typename decltype(p.pending_)::entry;
   const cudaStream_t handle = stream.get();
-  p.space_.merge_parked();  // fewer cached blocks to hand over, each merged as far as it goes
   auto& slots = p.cache_.slots();
   auto& events = p.cache_.events();
   stream_slot* gone = slots.find(handle);
