@@ -55,8 +55,9 @@
 /// idle. `check_invariants()` checks what the parts' headers state.
 ///
 /// ## Costs
-/// Cache hit (alloc + free): one lock each (`pool_mutex`: an atomic exchange; the unlock is a store); two bit scans; no allocation; one multiply and one
-/// compare in the block map. Statistics are a template switch.
+/// Cache hit (alloc + free): one lock each (`pool_mutex`: an atomic exchange; the unlock is a
+/// store); two bit scans; no allocation; one multiply and one compare in the block map.
+/// Statistics are a template switch.
 #pragma once
 
 #include <mgm/allocator_ref.hpp>
