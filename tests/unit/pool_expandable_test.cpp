@@ -121,6 +121,33 @@ TEST_CASE("expandable: growth maps only what the request needs (max_split keeps 
   pool.deallocate(p, 20 * MiB);
 }
 
+TEST_CASE("expandable: under max_split, a growth into a hole between free blocks hands out only the request",
+          "[pool][expandable]") {
+  mgm::sim::machine m{mgm::sim::parse_device_list("1GiB")};
+  mgm::pool_options o;
+  o.max_split_bytes = 32 * MiB;
+  sim_pool raw_pool{m.allocator(device_id{0}), o};
+  mgm::sim::judged pool{m, raw_pool};
+  void* x = pool.allocate(100 * MiB);
+  void* y = pool.allocate(40 * MiB);
+  void* z = pool.allocate(100 * MiB);
+  REQUIRE(static_cast<char*>(y) == static_cast<char*>(x) + 100 * MiB);  // one range, in order
+  pool.deallocate(y, 40 * MiB);
+  (void)pool->release();  // y's granules are unmapped: a hole between x and z
+  REQUIRE(pool->reserved_bytes() == 200 * MiB);
+  pool.deallocate(x, 100 * MiB);
+  pool.deallocate(z, 100 * MiB);
+  // Neither cached 100 MiB block may serve 40 MiB (oversize); the growth maps the hole, which
+  // merges with both free neighbours: the caller still gets 40 MiB, not the 240 MiB run.
+  void* p = pool.allocate(40 * MiB);
+  REQUIRE(pool->statistics().allocated_bytes.current == 40 * MiB);
+  void* q = pool.allocate(190 * MiB);  // the rest of the run (200 MiB) serves a later request
+  REQUIRE(pool->reserved_bytes() == 240 * MiB);
+  pool.deallocate(p, 40 * MiB);
+  pool.deallocate(q, 190 * MiB);
+  REQUIRE(m.hazards().empty());
+}
+
 TEST_CASE("expandable: a growth maps in chunks of map_chunk_bytes, and gives them back whole", "[pool][expandable]") {
   using mgm::sim::driver_call;
   mgm::sim::machine m{mgm::sim::parse_device_list("4GiB")};

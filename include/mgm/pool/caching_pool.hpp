@@ -362,13 +362,15 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     if (size < space_.options().max_split_bytes) return b->size < space_.options().max_split_bytes;
     return b->size < size + large_buffer_bytes;
   }
-  /// As PyTorch: a block serving a request of max_split_bytes or more is never split. In an
-  /// expandable segment any rest is worth keeping: it merges with the range's next growth.
+  /// As PyTorch: a block of a plain segment serving a request of max_split_bytes or more is never
+  /// split. In an expandable segment any rest is worth keeping, whatever the request: it merges
+  /// with its neighbours and the range's next growth (a growth into an unmapped hole can merge
+  /// with a free block above it, far larger than the request).
   [[nodiscard]] bool splits(const detail::block* b, std::size_t size) const noexcept {
     const std::size_t rest = b->size - size;
+    if (b->expandable()) return rest >= space_.options().round_bytes;
     return size < space_.options().max_split_bytes &&
-           (b->small != 0 || b->expandable() ? rest >= space_.options().round_bytes
-                                              : rest > space_.options().small_request_bytes);
+           (b->small != 0 ? rest >= space_.options().round_bytes : rest > space_.options().small_request_bytes);
   }
   /// What `hand_out` needs, made before the block leaves its index: then it cannot fail.
   MGM_HOT_INLINE void prepare() {
