@@ -135,6 +135,12 @@ std::string describe_pool_oom(const oom_info& i) {
   if (i.capturing) {
     msg += " The request came from a stream capturing a CUDA graph: during a capture the pool gives "
            "nothing back to retry (that would synchronise the device); free memory before capturing.";
+  } else if (i.idle_cached_bytes >= i.requested_bytes && i.largest_free_bytes < i.requested_bytes && i.expandable) {
+    // max_split_bytes does not hold back blocks of expandable segments: what keeps the idle
+    // memory is the physical chunks that its free blocks share with live ones.
+    msg += " The cached memory would suffice but is fragmented: its free blocks share physical chunks with live "
+           "blocks, so it cannot be given back; set a smaller map_chunk (for example MGM_ALLOC_CONF=map_chunk:2MiB) "
+           "so that idle memory goes back granule by granule, or free the blocks that pin it.";
   } else if (i.idle_cached_bytes >= i.requested_bytes && i.largest_free_bytes < i.requested_bytes) {
     const std::size_t mib = std::max<std::size_t>(1, (i.requested_bytes / 2) >> 20);
     msg += " The cached memory would suffice but is fragmented: set max_split_bytes (for example "

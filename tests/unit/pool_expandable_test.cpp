@@ -107,7 +107,8 @@ TEST_CASE("expandable: peers get access to every granule, now and later", "[pool
   pool.deallocate(after, 30 * MiB);
 }
 
-TEST_CASE("expandable: growth maps only what the request needs (max_split keeps a big block aside)", "[pool][expandable]") {
+TEST_CASE("expandable: max_split holds back no block of an expandable segment, and every block is split to its request",
+          "[pool][expandable]") {
   mgm::sim::machine m{mgm::sim::parse_device_list("2x256MiB")};
   mgm::pool_options o;
   o.max_split_bytes = 32 * MiB;
@@ -115,36 +116,21 @@ TEST_CASE("expandable: growth maps only what the request needs (max_split keeps 
   mgm::sim::judged pool{m, raw_pool};
   void* big = pool.allocate(100 * MiB);
   pool.deallocate(big, 100 * MiB);
-  void* p = pool.allocate(20 * MiB);  // may not split the cached 100 MiB block: 20 MiB of new granules
-  REQUIRE(pool->statistics().oom_retries == 0);  // no oversized map, so no out-of-memory retry
-  REQUIRE(pool->reserved_bytes() == 120 * MiB);  // the 100 MiB stay cached, 20 MiB more are mapped
+  // The cached 100 MiB block is oversize for max_split, but its rest merges back: it serves.
+  void* p = pool.allocate(20 * MiB);
+  REQUIRE(p == big);
+  REQUIRE(pool->statistics().allocated_bytes.current == 20 * MiB);  // split to the request
+  void* q = pool.allocate(60 * MiB);  // a request above max_split is split off the rest too
+  REQUIRE(q == static_cast<char*>(big) + 20 * MiB);
+  REQUIRE(pool->statistics().allocated_bytes.current == 80 * MiB);
+  REQUIRE(pool->reserved_bytes() == 100 * MiB);  // no growth
+  void* r = pool.allocate(50 * MiB);  // 20 MiB cached at the top: the growth extends it, 30 MiB
+  REQUIRE(r == static_cast<char*>(big) + 80 * MiB);
+  REQUIRE(pool->statistics().allocated_bytes.current == 130 * MiB);
+  REQUIRE(pool->reserved_bytes() == 130 * MiB);
   pool.deallocate(p, 20 * MiB);
-}
-
-TEST_CASE("expandable: under max_split, a growth into a hole between free blocks hands out only the request",
-          "[pool][expandable]") {
-  mgm::sim::machine m{mgm::sim::parse_device_list("1GiB")};
-  mgm::pool_options o;
-  o.max_split_bytes = 32 * MiB;
-  sim_pool raw_pool{m.allocator(device_id{0}), o};
-  mgm::sim::judged pool{m, raw_pool};
-  void* x = pool.allocate(100 * MiB);
-  void* y = pool.allocate(40 * MiB);
-  void* z = pool.allocate(100 * MiB);
-  REQUIRE(static_cast<char*>(y) == static_cast<char*>(x) + 100 * MiB);  // one range, in order
-  pool.deallocate(y, 40 * MiB);
-  (void)pool->release();  // y's granules are unmapped: a hole between x and z
-  REQUIRE(pool->reserved_bytes() == 200 * MiB);
-  pool.deallocate(x, 100 * MiB);
-  pool.deallocate(z, 100 * MiB);
-  // Neither cached 100 MiB block may serve 40 MiB (oversize); the growth maps the hole, which
-  // merges with both free neighbours: the caller still gets 40 MiB, not the 240 MiB run.
-  void* p = pool.allocate(40 * MiB);
-  REQUIRE(pool->statistics().allocated_bytes.current == 40 * MiB);
-  void* q = pool.allocate(190 * MiB);  // the rest of the run (200 MiB) serves a later request
-  REQUIRE(pool->reserved_bytes() == 240 * MiB);
-  pool.deallocate(p, 40 * MiB);
-  pool.deallocate(q, 190 * MiB);
+  pool.deallocate(q, 60 * MiB);
+  pool.deallocate(r, 50 * MiB);
   REQUIRE(m.hazards().empty());
 }
 

@@ -356,9 +356,14 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     return o;
   }
 
-  /// `max_split_bytes`: an oversize block never serves a smaller request, and serves a larger one
-  /// only when little of it would be wasted.
+  /// `max_split_bytes`: an oversize block of a plain segment never serves a smaller request, and
+  /// serves a larger one only when little of it would be wasted. A block of an expandable segment
+  /// serves any request it holds: splitting it fragments nothing, since its rest merges back with
+  /// its neighbours (with the rule, free runs of a range, merged past `max_split_bytes`, refused
+  /// every smaller request, and a GPT-2 replay under `max_split_size:64MiB` reserved 8 x its live
+  /// bytes).
   [[nodiscard]] bool acceptable(const detail::block* b, std::size_t size) const noexcept {
+    if (b->expandable()) return true;
     if (size < space_.options().max_split_bytes) return b->size < space_.options().max_split_bytes;
     return b->size < size + large_buffer_bytes;
   }

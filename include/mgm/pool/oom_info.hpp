@@ -21,7 +21,8 @@ struct oom_info {
   std::size_t largest_free_bytes{0};  ///< the largest free block of the pool
   std::optional<std::size_t> device_free_bytes;
   std::size_t max_split_bytes{0};
-  bool capturing{false};  ///< the request came from a stream capturing a CUDA graph
+  bool capturing{false};   ///< the request came from a stream capturing a CUDA graph
+  bool expandable{false};  ///< the request grows an expandable segment (mapped in `map_chunk` pieces)
 };
 
 /// @brief Called when the pool could not get memory even after releasing its idle segments.

@@ -28,7 +28,9 @@ struct pool_options {
   std::size_t large_segment_bytes{std::size_t{20} << 20};  ///< the smallest large segment
   std::size_t large_direct_bytes{std::size_t{10} << 20};   ///< requests from here get a segment of their own size
   std::size_t segment_round_bytes{std::size_t{2} << 20};   ///< large segments are multiples of this
-  std::size_t max_split_bytes{unlimited};      ///< blocks this large are never split for smaller requests
+  /// Blocks of plain segments this large are never split for smaller requests (PyTorch's
+  /// `max_split_size_mb`). Blocks of expandable segments split for any request: their rests merge back.
+  std::size_t max_split_bytes{unlimited};
   std::size_t release_threshold_bytes{unlimited};  ///< reserved memory above this is released after frees
   /// Expandable segments: the largest chunk one growth maps with one `create` and one `map` (a
   /// growth is mapped in chunks of at most this, whole granules). A chunk is also what an idle
