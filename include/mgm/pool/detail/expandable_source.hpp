@@ -84,6 +84,11 @@ class expandable_source {
   }
 
   [[nodiscard]] bool on() const noexcept { return on_; }
+  /// Whether a request of `size` bytes grows a range (else a plain segment serves it). Small
+  /// requests keep plain 2 MiB segments unless the memory is shareable (see `shareable`).
+  [[nodiscard]] bool grows(std::size_t size, const pool_options& o) const noexcept {
+    return on_ && (size >= o.large_direct_bytes || shareable_);
+  }
   /// Whether what it maps is shareable memory: then every request grows here (a plain segment
   /// could be neither exported nor registered with NCCL).
   [[nodiscard]] bool shareable() const noexcept { return shareable_; }

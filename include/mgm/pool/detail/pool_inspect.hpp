@@ -110,7 +110,7 @@ struct pool_inspect {
     info.device = p.device_;
     info.requested_bytes = size;
     info.max_split_bytes = p.space_.options().max_split_bytes;
-    info.expandable = p.expand_.on() && (size >= p.space_.options().large_direct_bytes || p.expand_.shareable());
+    info.expandable = p.expand_.grows(size, p.space_.options());
     std::size_t largest = 0;
     std::size_t free_bytes = 0;
     for_each_slot(p, [&](const stream_slot& slot) {

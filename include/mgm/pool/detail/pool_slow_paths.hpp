@@ -42,7 +42,7 @@ struct pool_slow_paths {
     // Small requests keep plain 2 MiB segments: released whole when idle, they fragment less
     // than small blocks packed into a shared range whose granules they pin. Shareable memory is
     // all mapped (a plain segment could be neither exported nor registered with NCCL).
-    const bool grow = p.expand_.on() && (size >= p.space_.options().large_direct_bytes || p.expand_.shareable());
+    const bool grow = p.expand_.grows(size, p.space_.options());
     block* b = with_oom_retries<Pool::statistics_enabled>(
         lock, p.space_.stats, p.handler_, size, false,
         [&](bool minimal) {
