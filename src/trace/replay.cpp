@@ -147,6 +147,7 @@ replay_result replay_on_sim(const compiled_trace& t, std::string_view allocator,
     // The simulator's own work inside modelled calls is not the allocator's: it is measured and taken off.
     const auto net = std::max<std::int64_t>(0, (counts.elapsed - baseline - s.machine.bookkeeping(d)).count());
     r.host_ns_per_event = static_cast<double>(net) / events;
+    r.loop_ns_per_event = static_cast<double>(baseline.count()) / events;
     r.events_per_second = net == 0 ? 0.0 : events * 1e9 / static_cast<double>(net);
     if (o.judge) r.hazards = s.machine.hazards().size();
     target.reset();  // the teardown's frees are not part of the replay
@@ -172,6 +173,7 @@ nlohmann::json to_json_value(const replay_result& r) {
   j["iterations"] = r.iterations;
   j["events"] = r.events;
   j["host_ns_per_event"] = r.host_ns_per_event;
+  j["loop_ns_per_event"] = r.loop_ns_per_event;
   j["events_per_second"] = r.events_per_second;
   j["upstream_allocations"] = r.upstream_allocations;
   j["upstream_frees"] = r.upstream_frees;

@@ -24,7 +24,7 @@ run() {
   } >"$out/$name.txt"
 }
 mask_timing() {
-  jq -S 'walk(if type == "object" then with_entries(if (.key | test("^(host_ns_per_event|events_per_second|wall_seconds|cpu_seconds|measured_upstream_seconds)$")) then .value = "masked" else . end) else . end)'
+  jq -S 'walk(if type == "object" then with_entries(if (.key | test("^(host_ns_per_event|loop_ns_per_event|events_per_second|wall_seconds|cpu_seconds|measured_upstream_seconds)$")) then .value = "masked" else . end) else . end)'
 }
 
 for f in "$data"/topologies/*.txt "$data"/topologies/nccl-xml/*.xml; do

@@ -52,6 +52,10 @@ struct replay_result {
   int iterations{0};
   std::size_t events{0};                       ///< per iteration
   double host_ns_per_event{0.0};               ///< the replay minus a do-nothing replay, per event
+  /// @brief The do-nothing replay itself, per event: the loop's cost that `host_ns_per_event`
+  /// leaves out (reading the event, storing the pointer). Against the `bump` target, compare
+  /// `host_ns_per_event + loop_ns_per_event`: bump's own share is close to nothing.
+  double loop_ns_per_event{0.0};
   double events_per_second{0.0};
   std::uint64_t upstream_allocations{0};      ///< cudaMalloc + cuMemCreate
   std::uint64_t upstream_frees{0};            ///< cudaFree + cuMemRelease

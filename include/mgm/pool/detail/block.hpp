@@ -28,7 +28,8 @@ enum class block_state : std::uint8_t { free, allocated, pending };
 ///
 /// Invariants: `prev`/`next` link address neighbours of one segment (`prev->addr + prev->size ==
 /// addr`); a free block is in exactly one index, that of `owner` (its unmapped index when
-/// `unmapped()`); an allocated block is in the pointer map; a pending one in neither.
+/// `unmapped()`); an allocated block is in the pointer map; a pending one in neither; a block whose
+/// merge is deferred is free, small, plain, and on its owner's deferred list.
 struct block {
   std::uintptr_t addr{0};
   std::size_t size{0};
@@ -50,17 +51,23 @@ struct block {
   } u{};
   stream_slot* owner{nullptr};   ///< the stream whose cache holds it, or that allocated it
   std::uint64_t free_epoch{0};   ///< the owner's free count when it was last freed into its cache
-  std::size_t slack{0};          ///< state allocated: size - the bytes requested
+  union {
+    std::size_t slack;          ///< state allocated: size - the bytes requested
+    std::uint32_t index_class;  ///< state free: the class it is filed under (`tlsf_index`), set when inserted
+  } sized{0};
   std::uint32_t idle_pos{0};     ///< an idle plain segment: its place in the idle index + 1 (0: not there)
   block_state state{block_state::free};
   std::uint8_t small{0};          ///< from a small segment
   std::uint8_t extra_streams{0};  ///< used on other streams too (record_stream)
-  std::uint8_t vm{0};             ///< bit 0: in an expandable segment; bit 1: no memory mapped behind it
+  std::uint8_t vm{0};  ///< bit 0: in an expandable segment; bit 1: no memory mapped behind it; bit 2: merge deferred
 
   [[nodiscard]] bool whole_segment() const noexcept { return prev == nullptr && next == nullptr; }
   [[nodiscard]] bool expandable() const noexcept { return (vm & 1U) != 0; }
   [[nodiscard]] bool unmapped() const noexcept { return (vm & 2U) != 0; }
   void set_unmapped(bool value) noexcept { vm = static_cast<std::uint8_t>(value ? (vm | 2U) : (vm & ~2U)); }
+  /// Free, in its owner's index unmerged with its free neighbours, and on the owner's deferred list
+  /// (`stream_slot::deferred`): the merge waits for the list's next coalescing.
+  [[nodiscard]] bool merge_deferred() const noexcept { return (vm & 4U) != 0; }
 };
 static_assert(sizeof(block) <= 80, "a block record stays small: 80 bytes, from slabs");
 
@@ -85,6 +92,7 @@ class block_arena {
     return b;
   }
   void recycle(block* b) noexcept {
+    b->vm = 0;  // a dead record is on no deferred list (the list may still name it)
     b->next = free_;
     free_ = b;
     --live_;

@@ -7,7 +7,8 @@
 /// - `reserved == allocated + pending + Σ free block sizes` (free: in a slot's mapped index)
 /// - `idle == Σ sizes of free blocks that are a whole segment`
 /// - the idle index holds exactly the free whole *plain* segments of the shared cache
-/// - no two free mapped address neighbours have the same owner (they would have merged)
+/// - no two free mapped address neighbours have the same owner (they would have merged), unless
+///   the merge of one of them is deferred (`insert_deferred`)
 /// - the pointer map holds exactly the allocated blocks
 #pragma once
 
@@ -42,29 +43,71 @@ class block_space {
   MGM_HOT_INLINE block* insert_free(block* b) noexcept {
     b->state = block_state::free;
     tlsf_index& index = b->owner->index(b->small != 0);
-    if (block* p = b->prev; p != nullptr && p->state == block_state::free && p->owner == b->owner && !p->unmapped()) {
+    // Loops, not ifs: deferred merges leave runs of free neighbours (at most one on each side otherwise).
+    for (block* p = b->prev; p != nullptr && p->state == block_state::free && p->owner == b->owner && !p->unmapped();
+         p = b->prev) {
       index.remove(p);
       p->size += b->size;
       p->next = b->next;
       if (b->next != nullptr) b->next->prev = p;
-      p->free_epoch = b->free_epoch;  // the later free: an event covering it covers both
+      // The later free: an event covering it covers both (a deferred merge may join a later one).
+      if (b->free_epoch > p->free_epoch) p->free_epoch = b->free_epoch;
       arena.recycle(b);
       b = p;
     }
-    if (block* n = b->next; n != nullptr && n->state == block_state::free && n->owner == b->owner && !n->unmapped()) {
+    for (block* n = b->next; n != nullptr && n->state == block_state::free && n->owner == b->owner && !n->unmapped();
+         n = b->next) {
       index.remove(n);
       b->size += n->size;
       b->next = n->next;
       if (n->next != nullptr) n->next->prev = b;
+      if (n->free_epoch > b->free_epoch) b->free_epoch = n->free_epoch;
       arena.recycle(n);
     }
+    b->vm &= ~4U;  // merged with every free neighbour: a deferred block that took in a later free is done
     if (b->whole_segment()) [[unlikely]] become_idle(b);
     index.insert(b);
     return b;
   }
 
+  /// A small plain block freed on its own stream's hit path: into its owner's index unmerged, on
+  /// the owner's deferred list (coalesced first when full). A later request of its size takes it
+  /// whole. A whole segment has no neighbour to merge with: it is inserted as usual (and idle).
+  MGM_HOT_INLINE block* insert_deferred(block* b) noexcept {
+    if (b->whole_segment()) [[unlikely]] return insert_free(b);
+    stream_slot& s = *b->owner;
+    if (s.deferred_count == stream_slot::deferred_capacity) [[unlikely]] coalesce_deferred(s);
+    b->state = block_state::free;
+    b->vm = 4U;  // plain and mapped (the caller checked vm == 0): now deferred too
+    // A block taken and freed again at once is on the list already (its entry is the last).
+    if (s.deferred_count == 0 || s.deferred[s.deferred_count - 1] != b) s.deferred[s.deferred_count++] = b;
+    s.small.insert(b);
+    return b;
+  }
+
+  /// Merges every deferred block of `s` with its free neighbours, as its free would have.
+  void coalesce_deferred(stream_slot& s) noexcept {
+    for (std::uint32_t i = 0; i < s.deferred_count; ++i) {
+      block* b = s.deferred[i];
+      // Taken, or merged into a neighbour, since; or a recycled record, deferred now in another slot.
+      if (!b->merge_deferred() || b->owner != &s) continue;
+      b->vm = 0;
+      s.small.remove(b);
+      insert_free(b);
+    }
+    s.deferred_count = 0;
+    if constexpr (Statistics) inactive_split_rose(0, static_cast<std::size_t>(stats.allocated_bytes.current));
+  }
+  template <class Slots>
+  void coalesce_all(Slots& slots) noexcept {
+    slots.for_each([&](stream_slot& s) {
+      if (s.deferred_count != 0) coalesce_deferred(s);
+    });
+  }
+
   /// Takes a free block out of its owner's index (and the idle figures).
   MGM_HOT_INLINE void take_free(block* b) noexcept {
+    b->vm &= ~4U;  // no longer deferred: its list entry is skipped
     b->owner->index(b->small != 0).remove(b);
     if (b->whole_segment()) [[unlikely]] leave_idle(b);
   }

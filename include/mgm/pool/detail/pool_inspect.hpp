@@ -91,7 +91,7 @@ struct pool_inspect {
                    : b->state == block_state::free        ? block_snapshot::state_type::free
                    : b->state == block_state::allocated ? block_snapshot::state_type::allocated
                                                           : block_snapshot::state_type::pending;
-        bs.requested = b->state == block_state::allocated ? b->size - b->slack : 0;
+        bs.requested = b->state == block_state::allocated ? b->size - b->sized.slack : 0;
         bs.stream = reinterpret_cast<std::uintptr_t>(b->owner != nullptr ? b->owner->stream : nullptr);
         if (b->state == block_state::allocated && b->u.used.tag != nullptr) bs.tag = b->u.used.tag;
         seg.size += b->size;
@@ -173,7 +173,7 @@ struct pool_inspect {
             }
           }
           if (const block* n = b->next; n != nullptr && n->state == block_state::free && !n->unmapped() &&
-                                        n->owner == b->owner) {
+                                        n->owner == b->owner && !b->merge_deferred() && !n->merge_deferred()) {
             fail("two free neighbours of the same stream did not merge");
           }
         }
@@ -185,6 +185,17 @@ struct pool_inspect {
         index->for_each([&](const block* b) {
           if (b->state != block_state::free || b->unmapped() || b->owner != &slot) {
             fail("a slot's index holds a block that is not its free mapped block");
+          }
+          const auto [f, s] = tlsf_index::class_of(b->size >> 8);
+          if (b->sized.index_class != f * tlsf_index::classes_per_range + s) {
+            fail("a free block's size changed while it was in its index (its class is not its size's)");
+          }
+          if (b->merge_deferred()) {
+            const auto listed = slot.deferred.begin() + slot.deferred_count;
+            if (b->small == 0 || b->expandable() || b->whole_segment() || slot.capture_pool != 0 ||
+                std::find(slot.deferred.begin(), listed, b) == listed) {
+              fail("a block whose merge is deferred is not a small plain block on its slot's deferred list");
+            }
           }
         });
         indexed += index->bytes();

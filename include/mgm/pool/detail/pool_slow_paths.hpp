@@ -28,6 +28,14 @@ struct pool_slow_paths {
   static block* allocate_slow(Pool& p, std::unique_lock<pool_mutex>& lock, stream_slot& slot, std::size_t size,
                                bool small, stream_ref stream) {
     p.cache_.slots().prepare();  // a spare slot for a free on a new stream, if an earlier one failed
+    if (small) {  // deferred merges first: the request may fit in what they join
+      p.space_.coalesce_all(p.cache_.slots());
+      if (block* b = slot.index(small).find(size); b != nullptr && p.acceptable(b, size)) {
+        p.prepare();
+        p.space_.take_free(b);
+        return b;
+      }
+    }
     if (block* b = slot.index(small).scan(size); b != nullptr && p.acceptable(b, size)) {
       p.prepare();
       p.space_.take_free(b);
@@ -147,6 +155,7 @@ struct pool_slow_paths {
     } catch (...) {
     }
     for (private_pool* pp : done) pool_inspect::release_private(p, lock, *pp);
+    p.space_.coalesce_all(p.cache_.slots());  // segments held apart only by deferred merges become idle
     try {
       p.cache_.unify(p.space_, p.plain_.heads());
     } catch (const std::exception& e) {
@@ -175,6 +184,7 @@ struct pool_slow_paths {
   template <class Pool>
   static void trim_for_threshold(Pool& p, std::unique_lock<pool_mutex>& lock, std::size_t freed) noexcept {
     const std::size_t threshold = p.space_.options().release_threshold_bytes;
+    p.space_.coalesce_all(p.cache_.slots());
     if (!p.space_.idle_segments().empty()) give_back_idle(p, lock, threshold);
     if (!p.expand_.on() || p.space_.reserved <= p.trim_at_) return;
     p.freed_above_ += freed;

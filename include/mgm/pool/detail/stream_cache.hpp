@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -29,6 +30,13 @@ namespace mgm::detail {
 
 /// The free blocks one stream may reuse at once, with the event that lets other streams take them.
 struct stream_slot {
+  /// Small blocks freed on the hit path whose merge with their free neighbours is deferred, at
+  /// most this many: the next request of the same size finds the block whole, with no split and
+  /// no merge (a 4 KiB alloc + free no longer re-splits the 2 MiB block its free merged back).
+  /// The list is coalesced when it is full, before a small request leaves the hit path, and
+  /// before memory is given back.
+  static constexpr std::uint32_t deferred_capacity = 64;
+
   cudaStream_t stream{nullptr};
   tlsf_index small;
   tlsf_index large;
@@ -41,6 +49,10 @@ struct stream_slot {
   bool event_complete{false};
   std::uint64_t capture_pool{0};  ///< 0: the shared cache; else the private pool it belongs to
   std::size_t retired_refs{0};    ///< retired: the allocated blocks that still name it
+  std::uint32_t deferred_count{0};
+  /// Blocks freed unmerged since the last coalescing (an entry whose block lost its mark since,
+  /// taken or merged into a neighbour, is skipped).
+  std::array<block*, deferred_capacity> deferred{};
 
   tlsf_index& index(bool is_small) noexcept { return is_small ? small : large; }
   tlsf_index& unmapped_index(bool is_small) noexcept { return is_small ? unmapped_small : unmapped_large; }

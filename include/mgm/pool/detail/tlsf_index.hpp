@@ -20,6 +20,9 @@ namespace mgm::detail {
 /// `first_bits_` marks the non-empty first-level ranges, `second_bits_[f]` the non-empty classes
 /// of range f: a search is two bit scans.
 ///
+/// A block records the class it is filed under (`block::sized.index_class`), so that its removal
+/// computes none.
+///
 /// `find` looks at the head of the request's own class first (an exact-size block freed earlier
 /// is found again), then takes the first block of the first non-empty class whose every block
 /// fits; `scan` walks the request's own class (for the slow path, before going upstream).
@@ -31,6 +34,7 @@ class tlsf_index {
 
   MGM_HOT_INLINE void insert(block* b) noexcept {
     const auto [f, s] = class_of(b->size >> 8);
+    b->sized.index_class = f * classes_per_range + s;  // `remove` reads it: no second class computation
     block*& head = heads_[f][s];
     b->u.link.prev_free = nullptr;
     b->u.link.next_free = head;
@@ -42,7 +46,8 @@ class tlsf_index {
   }
 
   MGM_HOT_INLINE void remove(block* b) noexcept {
-    const auto [f, s] = class_of(b->size >> 8);
+    const unsigned f = b->sized.index_class / classes_per_range;
+    const unsigned s = b->sized.index_class % classes_per_range;
     if (b->u.link.prev_free != nullptr) {
       b->u.link.prev_free->u.link.next_free = b->u.link.next_free;
     } else {
