@@ -570,7 +570,8 @@ TEST_CASE("mgm replay: replay_result JSON, devices in parallel, async needs a GP
   REQUIRE(r.rc == 0);
   const auto j = nlohmann::json::parse(r.out);
   REQUIRE(j["results"].size() == 4);  // 2 allocators x 2 devices
-  for (const char* field : {"trace", "allocator", "device", "iterations", "events", "host_ns_per_event", "events_per_second",
+  for (const char* field : {"trace", "allocator", "device", "iterations", "events", "host_ns_per_event", "loop_ns_per_event",
+                            "events_per_second",
                             "upstream_allocations", "upstream_frees", "upstream_calls_after_first_iteration", "peak_live_bytes",
                             "peak_reserved_bytes", "reserved_over_live", "fit", "driver_calls",
                             "modelled_driver_seconds", "modelled_upstream_seconds"}) {
