@@ -145,10 +145,7 @@ replay_result replay_on_sim(const compiled_trace& t, std::string_view allocator,
     r.modelled_upstream_seconds = ms.total;
     const double events = static_cast<double>(r.events) * o.iterations;
     // The simulator's own work inside modelled calls is not the allocator's: it is measured and taken off.
-    const auto net = std::max<std::int64_t>(0, (counts.elapsed - baseline - s.machine.bookkeeping(d)).count());
-    r.host_ns_per_event = static_cast<double>(net) / events;
-    r.loop_ns_per_event = static_cast<double>(baseline.count()) / events;
-    r.events_per_second = net == 0 ? 0.0 : events * 1e9 / static_cast<double>(net);
+    detail::set_host_times(r, counts.elapsed - s.machine.bookkeeping(d), baseline, events);
     if (o.judge) r.hazards = s.machine.hazards().size();
     target.reset();  // the teardown's frees are not part of the replay
   }

@@ -117,10 +117,7 @@ replay_result replay_on_device(const compiled_trace& t, std::string_view allocat
       first_calls += cub.mallocs + cub.frees;
     });
     const double events = static_cast<double>(r.events) * o.iterations;
-    const auto net = std::max<std::int64_t>(0, (elapsed - baseline).count());
-    r.host_ns_per_event = static_cast<double>(net) / events;
-    r.loop_ns_per_event = static_cast<double>(baseline.count()) / events;
-    r.events_per_second = net == 0 ? 0.0 : events * 1e9 / static_cast<double>(net);
+    detail::set_host_times(r, elapsed, baseline, events);
     if (pool != nullptr) {
       const auto st = pool->statistics();
       r.upstream_allocations = st.upstream_allocations;

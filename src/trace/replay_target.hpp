@@ -7,8 +7,10 @@
 #include <mgm/sim/machine.hpp>
 #include <mgm/stream.hpp>
 
+#include <mgm/trace/replay.hpp>
 #include <mgm/trace/trace.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +33,16 @@ std::unique_ptr<replay_target> make_replay_target(std::string_view name, sim::ma
                                                   const pool_options& options, bool judge);
 /// Fake pointers, no work: the loop's own cost, subtracted from every replay's host time.
 std::unique_ptr<replay_target> make_null_target();
+
+/// A replay's host-time figures: it took `spent` (the allocator's work and the loop's), the
+/// do-nothing replay took `loop`, over `events` events in all.
+inline void set_host_times(replay_result& r, std::chrono::nanoseconds spent, std::chrono::nanoseconds loop,
+                           double events) {
+  const auto net = std::max<std::int64_t>(0, (spent - loop).count());
+  r.host_ns_per_event = static_cast<double>(net) / events;
+  r.loop_ns_per_event = static_cast<double>(loop.count()) / events;
+  r.events_per_second = net == 0 ? 0.0 : events * 1e9 / static_cast<double>(net);
+}
 
 /// Replays `t` `iterations` times through `target` (one clock read per batch: a clock read costs
 /// more than an event's budget); `after_first()` runs after the first iteration.

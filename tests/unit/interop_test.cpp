@@ -2,6 +2,8 @@
 // can be checked without a GPU (the kernels themselves run in examples/thrust_pool.cu and
 // examples/cub_sort.cu). Also the NVTX hooks, which are no-ops here unless built with MGM_NVTX=ON
 // and a tool is attached.
+#include "pool_test_support.hpp"
+
 #include <mgm/allocator_ref.hpp>
 #include <mgm/interop/cub_temp_storage.hpp>
 #include <mgm/interop/thrust_allocator.hpp>
@@ -21,16 +23,9 @@
 
 using mgm::device_id;
 
+using namespace pool_test;
+
 namespace {
-
-constexpr std::size_t MiB = std::size_t{1} << 20;
-using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
-
-mgm::pool_options plain() {
-  mgm::pool_options o;
-  o.expandable_segments = false;
-  return o;
-}
 
 struct sim_setup {
   mgm::sim::machine m{mgm::sim::parse_device_list("2x64MiB")};

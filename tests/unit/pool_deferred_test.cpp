@@ -4,6 +4,8 @@
 // leaves the hit path, when the list is full, before memory is given back, before the pool is
 // observed; and a merged block must carry the later free's epoch, or another stream could take
 // it before the work that used its upper half.
+#include "pool_test_support.hpp"
+
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/sim/judged.hpp>
 #include <mgm/sim/machine.hpp>
@@ -12,54 +14,39 @@
 
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <vector>
 
 using mgm::device_id;
 using namespace std::chrono_literals;
 
-namespace {
+using namespace pool_test;
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
-using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
-
-mgm::pool_options plain() {
-  mgm::pool_options o;
-  o.expandable_segments = false;
-  return o;
-}
-
-struct judged_pool {
-  mgm::sim::machine m{mgm::sim::parse_device_list("1GiB"), {mgm::sim::oracle_mode::record}};
-  sim_pool raw{m.allocator(device_id{0}), plain()};
-  mgm::sim::judged<sim_pool> pool{m, raw};
-  void require_no_hazard() {
-    const auto hazards = m.hazards();
-    for (const auto& h : hazards) UNSCOPED_INFO(mgm::sim::name(h.kind) << ": " << h.message);
-    REQUIRE(hazards.empty());
-  }
-};
-
-}  // namespace
-
-TEST_CASE("pool: a small block freed and asked for again is taken whole; observers see it merged", "[pool][deferred]") {
+TEST_CASE("pool: a small block freed beside free memory is found again; observers see it merged", "[pool][deferred]") {
   judged_pool j;
   const auto s = j.m.create_stream(device_id{0});
   void* a = j.pool.allocate_async(4 * KiB, 256, s);
   void* b = j.pool.allocate_async(4 * KiB, 256, s);
   REQUIRE(static_cast<char*>(b) == static_cast<char*>(a) + 4 * KiB);
-  j.pool.deallocate_async(a, 4 * KiB, 256, s);
-  j.raw.check_invariants();  // a sits unmerged beside the segment's free rest: allowed, it is on the list
-  void* again = j.pool.allocate_async(4 * KiB, 256, s);
-  REQUIRE(again == a);
-  j.pool.deallocate_async(again, 4 * KiB, 256, s);
   j.pool.deallocate_async(b, 4 * KiB, 256, s);
+  j.raw.check_invariants();  // b sits unmerged beside the segment's free rest: allowed, it is on the list
+  void* again = j.pool.allocate_async(4 * KiB, 256, s);
+  REQUIRE(again == b);
+  j.pool.deallocate_async(again, 4 * KiB, 256, s);
+  // Statistics and snapshots show b merged with the rest: a, and one free block of 2 MiB - 4 KiB.
+  auto st = j.raw.statistics();
+  REQUIRE(st.inactive_split_bytes.current == static_cast<std::int64_t>(2 * MiB - 4 * KiB));
+  auto snap = j.raw.snapshot();
+  REQUIRE(snap.segments.size() == 1);
+  REQUIRE(snap.segments[0].blocks.size() == 2);
+  REQUIRE(snap.segments[0].blocks[1].size == 2 * MiB - 4 * KiB);
+  j.pool.deallocate_async(a, 4 * KiB, 256, s);
   j.raw.check_invariants();
-  // Statistics and snapshots show the cache merged: one whole free segment, no split bytes.
-  const auto st = j.raw.statistics();
+  // Nothing used: one whole free segment, no split bytes, all of it given back.
+  st = j.raw.statistics();
   REQUIRE(st.inactive_split_bytes.current == 0);
   REQUIRE(st.upstream_allocations == 1);
-  const auto snap = j.raw.snapshot();
+  snap = j.raw.snapshot();
   REQUIRE(snap.segments.size() == 1);
   REQUIRE(snap.segments[0].blocks.size() == 1);
   REQUIRE(j.raw.release() == 2 * MiB);

@@ -2,6 +2,8 @@
 // shown as a failing test and then fixed (issue 14, "The pool, safe under every stream, graph and
 // failure"), plus the contracts the pool states where it cannot know (a stream destroyed
 // without forget_stream).
+#include "pool_test_support.hpp"
+
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/sim/judged.hpp>
 #include <mgm/sim/machine.hpp>
@@ -15,32 +17,7 @@
 using mgm::device_id;
 using namespace std::chrono_literals;
 
-namespace {
-
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
-using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
-
-mgm::pool_options plain() {
-  mgm::pool_options o;
-  o.expandable_segments = false;
-  return o;
-}
-
-// Record mode: the test itself asserts that no hazard was found, so a finding fails it cleanly
-// (rather than through an exception thrown out of the pool).
-struct judged_pool {
-  mgm::sim::machine m{mgm::sim::parse_device_list("1GiB"), {mgm::sim::oracle_mode::record}};
-  sim_pool raw{m.allocator(device_id{0}), plain()};
-  mgm::sim::judged<sim_pool> pool{m, raw};
-  void require_no_hazard() {
-    const auto hazards = m.hazards();
-    for (const auto& h : hazards) UNSCOPED_INFO(mgm::sim::name(h.kind) << ": " << h.message);
-    REQUIRE(hazards.empty());
-  }
-};
-
-}  // namespace
+using namespace pool_test;
 
 // Was a hazard: a block allocated and freed inside a graph capture went back to the shared cache,
 // so the next ordinary allocation received the graph's buffer, which every replay overwrites.

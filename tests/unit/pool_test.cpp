@@ -5,6 +5,7 @@
 #include <mgm/log.hpp>
 
 #include "log_capture.hpp"
+#include "pool_test_support.hpp"
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/pool/detail/pool_mutex.hpp>
 #include <mgm/pool/multi_device_pool.hpp>
@@ -28,19 +29,14 @@
 using mgm::device_id;
 using namespace std::chrono_literals;
 
+using namespace pool_test;
+
 namespace {
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
-using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
 using sim_pool_nostats = mgm::caching_pool<mgm::sim::device_allocator, false>;
 
 struct plain_options {
-  mgm::pool_options operator()() const {
-    mgm::pool_options o;
-    o.expandable_segments = false;
-    return o;
-  }
+  mgm::pool_options operator()() const { return plain(); }
 };
 struct expandable_options {
   mgm::pool_options operator()() const { return {}; }
@@ -71,13 +67,6 @@ using pool_fixtures = std::tuple<pool_fixture<sim_pool, plain_options>, pool_fix
                                  pool_fixture<sim_pool, expandable_options>>;
 
 using mgm::test::log_capture;
-
-// Plain segments (the size policy these tests check); expandable segments have tests of their own.
-mgm::pool_options plain() {
-  mgm::pool_options o;
-  o.expandable_segments = false;
-  return o;
-}
 
 // The pool under test, judged: every hand-out is checked by the simulator's oracle, and the
 // test fails on the first unsafe reuse. `pool->` reaches the pool's other members.

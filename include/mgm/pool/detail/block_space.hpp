@@ -91,8 +91,7 @@ class block_space {
       block* b = s.deferred[i];
       // Taken, or merged into a neighbour, since; or a recycled record, deferred now in another slot.
       if (!b->merge_deferred() || b->owner != &s) continue;
-      b->vm = 0;
-      s.small.remove(b);
+      take_free(b);
       insert_free(b);
     }
     s.deferred_count = 0;

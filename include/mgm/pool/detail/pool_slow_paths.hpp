@@ -28,18 +28,16 @@ struct pool_slow_paths {
   static block* allocate_slow(Pool& p, std::unique_lock<pool_mutex>& lock, stream_slot& slot, std::size_t size,
                                bool small, stream_ref stream) {
     p.cache_.slots().prepare();  // a spare slot for a free on a new stream, if an earlier one failed
-    if (small) {  // deferred merges first: the request may fit in what they join
-      p.space_.coalesce_all(p.cache_.slots());
-      if (block* b = slot.index(small).find(size); b != nullptr && p.acceptable(b, size)) {
-        p.prepare();
-        p.space_.take_free(b);
-        return b;
-      }
-    }
-    if (block* b = slot.index(small).scan(size); b != nullptr && p.acceptable(b, size)) {
+    // Deferred merges first: a small request may fit in what they join (found by `find` again), and
+    // a stream that steals sees merged blocks. Then the request's own class, walked whole.
+    if (small) p.space_.coalesce_all(p.cache_.slots());
+    tlsf_index& index = slot.index(small);
+    block* own = small ? index.find(size) : nullptr;
+    if (own == nullptr || !p.acceptable(own, size)) own = index.scan(size);
+    if (own != nullptr && p.acceptable(own, size)) {
       p.prepare();
-      p.space_.take_free(b);
-      return b;
+      p.space_.take_free(own);
+      return own;
     }
     const auto accept = [&](const block* b) { return p.acceptable(b, size); };
     if (block* b = p.cache_.steal(p.space_, slot, size, small, stream, accept)) {

@@ -1,0 +1,40 @@
+// What the caching pool's tests over the simulator share (pool_test.cpp, pool_hazard_test.cpp,
+// pool_deferred_test.cpp, interop_test.cpp): sizes, the pool type, plain-segment options, and a
+// pool under the judge in record mode.
+#pragma once
+
+#include <mgm/pool/caching_pool.hpp>
+#include <mgm/sim/judged.hpp>
+#include <mgm/sim/machine.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+
+namespace pool_test {
+
+inline constexpr std::size_t KiB = std::size_t{1} << 10;
+inline constexpr std::size_t MiB = std::size_t{1} << 20;
+using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
+
+/// Plain `cudaMalloc`-style segments only (expandable segments are on by default on the simulator).
+inline mgm::pool_options plain() {
+  mgm::pool_options o;
+  o.expandable_segments = false;
+  return o;
+}
+
+/// Record mode: the test itself asserts that no hazard was found, so a finding fails it cleanly
+/// (rather than through an exception thrown out of the pool).
+struct judged_pool {
+  mgm::sim::machine m{mgm::sim::parse_device_list("1GiB"), {mgm::sim::oracle_mode::record}};
+  sim_pool raw{m.allocator(mgm::device_id{0}), plain()};
+  mgm::sim::judged<sim_pool> pool{m, raw};
+  void require_no_hazard() {
+    const auto hazards = m.hazards();
+    for (const auto& h : hazards) UNSCOPED_INFO(mgm::sim::name(h.kind) << ": " << h.message);
+    REQUIRE(hazards.empty());
+  }
+};
+
+}  // namespace pool_test
