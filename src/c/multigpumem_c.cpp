@@ -49,6 +49,7 @@ class backend {
   // The segment holding `p`: its base and size; false when no pool holds it.
   virtual bool segment_of(const void* p, void*& base, std::size_t& size) = 0;
   virtual std::size_t release(int device) = 0;
+  virtual void set_max_reserved(int device, std::size_t bytes) = 0;  // the pool's limit (creates it)
   [[nodiscard]] virtual bool has_pool(int device) const = 0;
   [[nodiscard]] virtual mgm::pool_statistics statistics(int device) = 0;
   [[nodiscard]] virtual mgm::pool_snapshot snapshot(int device) = 0;
@@ -120,6 +121,12 @@ class pool_backend final : public backend {
       }
     }
     return false;
+  }
+  void set_max_reserved(int device, std::size_t bytes) override {
+    auto& pool = pools_.pool(mgm::device_id{device});
+    mgm::pool_limits l = pool.limits();
+    l.max_reserved_bytes = bytes;
+    pool.set_limits(l);
   }
   void forget_stream(int device, mgm::stream_ref s) override {
     if (pools_.has_pool(mgm::device_id{device})) pools_.pool(mgm::device_id{device}).forget_stream(s);
@@ -323,11 +330,20 @@ void* allocate_or_throw(state& s, std::size_t size, int device, mgm::stream_ref 
   if (limit.cap.load(std::memory_order_relaxed) == unlimited) [[likely]] return s.pools->allocate(device, size, stream);
   // Capped allocations of one device check and allocate one at a time, so that one thread's
   // attempt never fails another's that fits (frees may still come in between: they only help).
+  // The pool keeps to the cap itself (pool_limits, set here in case the pool is new: what it maps
+  // ahead of a request never crosses the cap); the check below is what the message relies on.
   const std::lock_guard alone{limit.mutex};
   const std::size_t cap = limit.cap.load(std::memory_order_relaxed);
+  s.pools->set_max_reserved(device, cap);
   const auto reserved = [&] { return static_cast<std::size_t>(s.pools->statistics(device).reserved_bytes.current); };
   for (int attempt = 0; attempt < 2; ++attempt) {
-    void* p = s.pools->allocate(device, size, stream);
+    void* p = nullptr;
+    try {
+      p = s.pools->allocate(device, size, stream);
+    } catch (const mgm::out_of_memory&) {
+      if (reserved() + size <= cap) throw;  // the device, not the cap: the pool's message
+      break;                                // the cap: the fraction's message below
+    }
     if (reserved() <= cap) return p;
     s.pools->deallocate(device, p, size, stream);
     (void)s.pools->release(device);
@@ -556,6 +572,7 @@ MGM_C_API int mgm_set_memory_fraction(double fraction, int device) {
         const std::lock_guard lock{limit.mutex};
         limit.fraction = fraction;
         limit.cap.store(fraction >= 1.0 ? unlimited : static_cast<std::size_t>(fraction * total));
+        if (s->pools->has_pool(device)) s->pools->set_max_reserved(device, limit.cap.load());
         return 0;
       },
       -1);

@@ -283,6 +283,26 @@ TEST_CASE("C ABI: a memory fraction fails allocations readably, and torch_alloc 
   c.free(big, GiB, 2, nullptr);
 }
 
+TEST_CASE("C ABI: under a memory fraction, every request that fits is served", "[c_abi]") {
+  // The pool maps ahead of a request; under a fraction it must never map ahead past the cap, or a
+  // request that fits would fail.
+  const auto c = open_library();
+  REQUIRE(c.set_fraction(0.0625, 3) == 0);  // 1/16 of the simulated 79.65 GiB: 5097 MiB
+  std::vector<void*> live;
+  for (int i = 0; i < 39; ++i) {  // 39 x 128 MiB = 4992 MiB
+    INFO("block " << i);
+    live.push_back(c.alloc(128 * MiB, 3, nullptr));
+    INFO((live.back() == nullptr ? c.last_error() : ""));
+    REQUIRE(live.back() != nullptr);
+    REQUIRE(stats_of(c, 3)["reserved_bytes.all.current"].get<std::size_t>() <= 5097 * MiB);
+  }
+  REQUIRE(c.alloc(128 * MiB, 3, nullptr) == nullptr);  // a 40th would cross it
+  REQUIRE(std::string{c.last_error()}.find("memory fraction") != std::string::npos);
+  for (void* p : live) c.free(p, 128 * MiB, 3, nullptr);
+  REQUIRE(c.set_fraction(1.0, 3) == 0);
+  (void)c.empty_cache();
+}
+
 TEST_CASE("C ABI: a bad device, a double free and a foreign pointer: errors, no crash, nothing lost", "[c_abi]") {
   const auto c = open_library();
   REQUIRE(c.alloc(MiB, 99, nullptr) == nullptr);

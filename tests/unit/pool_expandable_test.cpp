@@ -53,12 +53,15 @@ TEST_CASE("expandable: release unmaps every idle granule, and live blocks never 
   }
   // Contiguous in one range: each block starts where the previous ended.
   for (int i = 1; i < 6; ++i) REQUIRE(static_cast<char*>(blocks[i]) == static_cast<char*>(blocks[i - 1]) + 11 * MiB);
-  REQUIRE(vmm.mapped_bytes(device_id{0}) == 66 * MiB);
+  // The 66 MiB, and what the growths mapped ahead: at most 1/32 of the mapped bytes stay free.
+  const std::size_t grown = vmm.mapped_bytes(device_id{0});
+  REQUIRE(grown >= 66 * MiB);
+  REQUIRE((grown - 66 * MiB) * 32 <= grown);
   for (int i = 1; i < 6; i += 2) pool.deallocate(blocks[static_cast<std::size_t>(i)], 11 * MiB);
   pool->release();
   // What stays mapped: the live blocks and the granules they share with a freed neighbour.
   const std::size_t mapped = vmm.mapped_bytes(device_id{0});
-  REQUIRE(mapped < 66 * MiB);
+  REQUIRE(mapped < grown);
   REQUIRE(mapped <= 3 * 14 * MiB);
   for (int i = 0; i < 6; i += 2) {  // live blocks kept their place and their contents
     const auto* p = static_cast<const unsigned char*>(blocks[static_cast<std::size_t>(i)]);
@@ -114,7 +117,8 @@ TEST_CASE("expandable: max_split holds back no block of an expandable segment, a
   o.max_split_bytes = 32 * MiB;
   sim_pool raw_pool{m.allocator(device_id{0}), o};
   mgm::sim::judged pool{m, raw_pool};
-  void* big = pool.allocate(100 * MiB);
+  void* big = pool.allocate(100 * MiB);  // and one granule ahead: 102 MiB, of which 2 MiB (1/51) stay free
+  REQUIRE(pool->reserved_bytes() == 102 * MiB);
   pool.deallocate(big, 100 * MiB);
   // The cached 100 MiB block is oversize for max_split, but its rest merges back: it serves.
   void* p = pool.allocate(20 * MiB);
@@ -123,11 +127,14 @@ TEST_CASE("expandable: max_split holds back no block of an expandable segment, a
   void* q = pool.allocate(60 * MiB);  // a request above max_split is split off the rest too
   REQUIRE(q == static_cast<char*>(big) + 20 * MiB);
   REQUIRE(pool->statistics().allocated_bytes.current == 80 * MiB);
-  REQUIRE(pool->reserved_bytes() == 100 * MiB);  // no growth
-  void* r = pool.allocate(50 * MiB);  // 20 MiB cached at the top: the growth extends it, 30 MiB
+  REQUIRE(pool->reserved_bytes() == 102 * MiB);  // no growth
+  // 22 MiB cached at the top: the growth extends it by the 28 MiB the request lacks, and maps
+  // ahead as much as keeps the free bytes at most 1/32 of the mapped: (102 + 32 x 28) / 31 MiB,
+  // 32 MiB in whole granules (4 MiB ahead, free 4 of 134 MiB).
+  void* r = pool.allocate(50 * MiB);
   REQUIRE(r == static_cast<char*>(big) + 80 * MiB);
   REQUIRE(pool->statistics().allocated_bytes.current == 130 * MiB);
-  REQUIRE(pool->reserved_bytes() == 130 * MiB);
+  REQUIRE(pool->reserved_bytes() == 134 * MiB);
   pool.deallocate(p, 20 * MiB);
   pool.deallocate(q, 60 * MiB);
   pool.deallocate(r, 50 * MiB);
@@ -138,10 +145,12 @@ TEST_CASE("expandable: a growth maps in chunks of map_chunk_bytes, and gives the
   using mgm::sim::driver_call;
   mgm::sim::machine m{mgm::sim::parse_device_list("4GiB")};
   const device_id d{0};
-  mgm::pool_options o;  // map_chunk_bytes: 32 MiB
+  mgm::pool_options o;
+  o.map_chunk_bytes = 32 * MiB;
   sim_pool raw_pool{m.allocator(d), o};
   mgm::sim::judged pool{m, raw_pool};
-  void* p = pool.allocate(100 * MiB);  // 32 + 32 + 32 + 4 MiB: four handles, four maps, one access call
+  // 100 MiB and one granule ahead, in 32 + 32 + 32 + 6 MiB: four handles, four maps, one access call
+  void* p = pool.allocate(100 * MiB);
   REQUIRE(m.modelled(d).count(driver_call::create) == 4);
   REQUIRE(m.modelled(d).count(driver_call::map) == 4);
   REQUIRE(m.modelled(d).count(driver_call::set_access) == 1);
@@ -168,18 +177,92 @@ TEST_CASE("expandable: near the device's end, growth maps single granules", "[po
   const device_id d{0};
   sim_pool raw_pool{m.allocator(d), mgm::pool_options{}};
   mgm::sim::judged pool{m, raw_pool};
-  void* a = pool.allocate(900 * MiB);  // leaves 124 MiB free, more than 1/32 of the device: chunks
-  const auto chunks = m.modelled(d).count(driver_call::create);
-  REQUIRE(chunks == 29);  // 28 of 32 MiB and one of 4 MiB
-  void* b = pool.allocate(100 * MiB);  // would leave 24 MiB, under 1/32 (32 MiB): granules
-  REQUIRE(m.modelled(d).count(driver_call::create) - chunks == 50);
+  // Leaves 124 MiB free, more than 1/32 of the device: one chunk, with 28 MiB mapped ahead
+  // ((32 x 900) / 31 MiB in whole granules), which leaves 96 MiB free, still over 1/32.
+  void* a = pool.allocate(900 * MiB);
+  REQUIRE(m.modelled(d).count(driver_call::create) == 1);
+  REQUIRE(pool->reserved_bytes() == 928 * MiB);
+  // The 72 MiB it lacks would leave 24 MiB, under 1/32 (32 MiB): granules, nothing ahead.
+  void* b = pool.allocate(100 * MiB);
+  REQUIRE(m.modelled(d).count(driver_call::create) == 1 + 36);
+  REQUIRE(pool->reserved_bytes() == 1000 * MiB);
   // So a release under the limit can give back any 2 MiB of it.
   pool.deallocate(b, 100 * MiB);
-  void* c = pool.allocate(10 * MiB);
+  void* c = pool.allocate(10 * MiB);  // in the first chunk's 28 MiB
+  REQUIRE(c == static_cast<char*>(a) + 900 * MiB);
   (void)pool->release();
-  REQUIRE(pool->reserved_bytes() == 910 * MiB);
+  REQUIRE(pool->reserved_bytes() == 928 * MiB);
   pool.deallocate(c, 10 * MiB);
   pool.deallocate(a, 900 * MiB);
+  (void)pool->release();
+  REQUIRE(m.memory(d).used_bytes == 0);
+  REQUIRE(m.hazards().empty());
+}
+
+TEST_CASE("expandable: a growth is one handle and maps ahead at most 1/32 of the range, which the next requests take",
+          "[pool][expandable]") {
+  using mgm::sim::driver_call;
+  mgm::sim::machine m{mgm::sim::parse_device_list("80GiB")};
+  const device_id d{0};
+  sim_pool raw_pool{m.allocator(d), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
+  // A forward pass: 48 activations of 64 MiB, each kept.
+  std::vector<void*> acts;
+  for (int i = 0; i < 48; ++i) {
+    acts.push_back(pool.allocate(64 * MiB));
+    const std::size_t reserved = pool->reserved_bytes();
+    const auto allocated = static_cast<std::size_t>(pool->statistics().allocated_bytes.current);
+    INFO("after activation " << i << ": " << reserved / MiB << " MiB reserved");
+    REQUIRE((reserved - allocated) * 32 <= reserved);  // the map-ahead budget
+  }
+  const auto& c = m.modelled(d);
+  // One create, one map and one access call per growth; fewer growths than requests, since the
+  // memory mapped ahead served some (exact mapping would grow 48 times).
+  REQUIRE(c.count(driver_call::create) == c.count(driver_call::set_access));
+  REQUIRE(c.count(driver_call::map) == c.count(driver_call::create));
+  REQUIRE(c.count(driver_call::create) < 48);
+  REQUIRE(c.count(driver_call::create) >= 30);  // the budget keeps the first growths exact
+  for (void* p : acts) pool.deallocate(p, 64 * MiB);
+  (void)pool->release();
+  REQUIRE(m.memory(d).used_bytes == 0);
+  REQUIRE(m.hazards().empty());
+}
+
+TEST_CASE("expandable: growth, ahead or not, keeps within the pool's limits", "[pool][expandable][oom]") {
+  mgm::sim::machine m{mgm::sim::parse_device_list("4GiB")};
+  const device_id d{0};
+  sim_pool raw_pool{m.allocator(d), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
+  REQUIRE(pool->limits() == mgm::pool_limits{});
+  SECTION("max_reserved_bytes") {
+    pool->set_limits({1000 * MiB, 0});
+    std::vector<void*> live;
+    for (int i = 0; i < 9; ++i) {
+      live.push_back(pool.allocate(100 * MiB));
+      REQUIRE(pool->reserved_bytes() <= 1000 * MiB);
+    }
+    // 900 MiB live: a tenth fits the limit exactly, whatever was mapped ahead.
+    live.push_back(pool.allocate(100 * MiB));
+    REQUIRE(pool->reserved_bytes() == 1000 * MiB);
+    REQUIRE_THROWS_WITH(pool.allocate(100 * MiB), Catch::Contains("pool_limits::max_reserved_bytes") &&
+                                                     Catch::Contains("at most 1000.00 MiB"));
+    REQUIRE(pool->reserved_bytes() == 1000 * MiB);  // the refusal changed nothing
+    for (void* p : live) pool.deallocate(p, 100 * MiB);
+  }
+  SECTION("keep_free_bytes") {
+    pool->set_limits({mgm::pool_options::unlimited, 1 * std::size_t{1} << 30});
+    std::vector<void*> live;
+    try {
+      while (true) {
+        live.push_back(pool.allocate(100 * MiB));
+        REQUIRE(m.memory(d).free_bytes >= std::size_t{1} << 30);
+      }
+    } catch (const mgm::out_of_memory& e) {
+      REQUIRE(std::string{e.what()}.find("pool_limits::keep_free_bytes") != std::string::npos);
+    }
+    REQUIRE(live.size() == 30);  // 3 GiB above what it keeps free
+    for (void* p : live) pool.deallocate(p, 100 * MiB);
+  }
   (void)pool->release();
   REQUIRE(m.memory(d).used_bytes == 0);
   REQUIRE(m.hazards().empty());

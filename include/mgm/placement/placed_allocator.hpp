@@ -304,6 +304,9 @@ class placed_allocator {
   // and the next candidate is tried.
   void* allocate_within_reserve(device_id owner, std::size_t bytes) {
     auto& pool = pools_.pool(owner);
+    if (!reserve_.empty() && pool.limits().keep_free_bytes != reserve_[owner.index()]) {
+      pool.set_limits({pool.limits().max_reserved_bytes, reserve_[owner.index()]});  // the pool keeps it too
+    }
     const auto into_reserve = [&] {
       if constexpr (requires(const Upstream& u) { u.free_bytes(); }) {
         const std::size_t reserve = reserve_.empty() ? 0 : reserve_[owner.index()];

@@ -260,6 +260,18 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     return detail::pool_slow_paths::trim(*this, lock, bytes_to_keep);
   }
 
+  /// @brief Bounds on what the pool takes from its upstream from now on (see `pool_limits`). What
+  /// it holds already stays: lowering `max_reserved_bytes` below it gives nothing back by itself
+  /// (call `release`).
+  void set_limits(pool_limits limits) {
+    const std::lock_guard lock{mutex_};
+    limits_ = limits;
+  }
+  [[nodiscard]] pool_limits limits() const {
+    const std::lock_guard lock{mutex_};
+    return limits_;
+  }
+
   /// @brief Whether new memory comes from expandable segments (see `pool_options`).
   [[nodiscard]] bool expandable() const noexcept { return expand_.on(); }
 
@@ -455,6 +467,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   std::size_t trim_at_{pool_options::unlimited};  // release threshold + margin
   std::size_t margin_{0};
   std::size_t freed_above_{0};  // bytes freed above trim_at_ since granules were last unmapped
+  pool_limits limits_;          // under mutex_
 
   mutable detail::pool_mutex mutex_;
   space_type space_;

@@ -34,8 +34,9 @@ struct pool_options {
   std::size_t release_threshold_bytes{unlimited};  ///< reserved memory above this is released after frees
   /// Expandable segments: the largest chunk one growth maps with one `create` and one `map` (a
   /// growth is mapped in chunks of at most this, whole granules). A chunk is also what an idle
-  /// block gives back whole, so larger chunks mean fewer driver calls and coarser release.
-  std::size_t map_chunk_bytes{std::size_t{32} << 20};
+  /// block gives back whole, so larger chunks mean fewer driver calls and coarser release. By
+  /// default a growth is one chunk (see expandable_source.hpp for the measurements).
+  std::size_t map_chunk_bytes{unlimited};
   /// Grow segments by mapping 2 MiB granules into one reserved range per stream and size class,
   /// where the upstream offers virtual memory (`mgm::vmm_allocator`) and the device supports it.
   bool expandable_segments{true};
@@ -60,6 +61,22 @@ struct pool_options {
   [[nodiscard]] std::string to_string() const;
 
   friend bool operator==(const pool_options&, const pool_options&) = default;
+};
+
+/// @brief Bounds on what a caching pool takes from its upstream, checked at every growth (set at
+/// run time with `caching_pool::set_limits`; not part of `MGM_ALLOC_CONF`). A growth that would
+/// break one is refused like the upstream's out-of-memory: the pool gives back what it holds idle
+/// and tries again, then throws `mgm::out_of_memory` naming the limit. What a growth maps ahead of
+/// the request (expandable segments) never breaks one.
+struct pool_limits {
+  /// The most bytes the pool holds reserved (a process's memory fraction, as
+  /// `torch.cuda.set_per_process_memory_fraction` sets it).
+  std::size_t max_reserved_bytes{pool_options::unlimited};
+  /// The bytes the pool leaves free on its device (a placement reserve kept for others); checked
+  /// where the upstream can say its free memory.
+  std::size_t keep_free_bytes{0};
+
+  friend bool operator==(const pool_limits&, const pool_limits&) = default;
 };
 
 }  // namespace mgm

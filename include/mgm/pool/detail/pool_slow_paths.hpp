@@ -51,9 +51,11 @@ struct pool_slow_paths {
     const bool grow = p.expand_.grows(size, p.space_.options());
     block* b = with_oom_retries<Pool::statistics_enabled>(
         lock, p.space_.stats, p.handler_, size, false,
-        [&](bool minimal) {
-          if (grow) return p.expand_.try_grow(lock, p.upstream_, p.space_, slot, size, small);
+        [&](bool minimal) -> block* {
+          const std::size_t room = growth_room(p);
+          if (grow) return p.expand_.try_grow(lock, p.upstream_, p.space_, slot, size, small, room, minimal);
           const std::size_t seg = Pool::plain_type::segment_size(p.space_.options(), size, small, minimal);
+          if (seg > room) return nullptr;
           return p.plain_.take(lock, p.upstream_, p.ops_, p.space_, p.plain_.heads(), slot, seg, small, stream, false);
         },
         [&] { reclaim(p, lock); }, [&] { return pool_inspect::describe_oom(p, size); });
@@ -78,8 +80,9 @@ struct pool_slow_paths {
     } else {
       b = with_oom_retries<Pool::statistics_enabled>(
           lock, p.space_.stats, p.handler_, size, true,
-          [&](bool) {
+          [&](bool) -> block* {
             const std::size_t seg = Pool::plain_type::segment_size(p.space_.options(), size, small, false);
+            if (seg > growth_room(p)) return nullptr;
             return p.plain_.take(lock, p.upstream_, p.ops_, p.space_, pool.segments, slot, seg, small, stream, true);
           },
           [] {}, [&] { return pool_inspect::describe_oom(p, size); });
@@ -132,6 +135,23 @@ struct pool_slow_paths {
     b->free_epoch = slot->next_epoch();
     b = p.space_.insert_free(b);
     if (pool != nullptr && pool->released()) pool_inspect::release_private(p, lock, *pool);
+  }
+
+  /// The most bytes a growth may take under the pool's limits (`pool_limits`). The device's free
+  /// memory is asked only when a limit needs it.
+  template <class Pool>
+  static std::size_t growth_room(Pool& p) {
+    const pool_limits& l = p.limits_;
+    std::size_t room = l.max_reserved_bytes > p.space_.reserved ? l.max_reserved_bytes - p.space_.reserved : 0;
+    if (l.max_reserved_bytes == pool_options::unlimited) room = pool_options::unlimited;
+    using U = typename Pool::upstream_type;
+    if constexpr (requires(const U& u) { { u.free_bytes() } -> std::convertible_to<std::size_t>; }) {
+      if (l.keep_free_bytes != 0) {
+        const std::size_t free = p.upstream_.free_bytes();
+        room = std::min(room, free > l.keep_free_bytes ? free - l.keep_free_bytes : 0);
+      }
+    }
+    return room;
   }
 
   /// Gives back what this pool holds idle (the out-of-memory pipeline's second step).
