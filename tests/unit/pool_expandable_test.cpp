@@ -143,7 +143,7 @@ TEST_CASE("expandable: max_split holds back no block of an expandable segment, a
 
 TEST_CASE("expandable: a growth maps in chunks of map_chunk_bytes, and gives them back whole", "[pool][expandable]") {
   using mgm::sim::driver_call;
-  mgm::sim::machine m{mgm::sim::parse_device_list("4GiB")};
+  mgm::sim::machine m{mgm::sim::parse_device_list("64GiB")};  // chunks of at most 128 MiB: map_chunk decides
   const device_id d{0};
   mgm::pool_options o;
   o.map_chunk_bytes = 32 * MiB;
@@ -171,29 +171,30 @@ TEST_CASE("expandable: a growth maps in chunks of map_chunk_bytes, and gives the
   REQUIRE(m.hazards().empty());  // the judge saw no partial unmap, no mapping over a mapping
 }
 
-TEST_CASE("expandable: near the device's end, growth maps single granules", "[pool][expandable]") {
+TEST_CASE("expandable: chunks are at most 1/512 of the device, and near its end single granules", "[pool][expandable]") {
   using mgm::sim::driver_call;
-  mgm::sim::machine m{mgm::sim::parse_device_list("1GiB")};
+  mgm::sim::machine m{mgm::sim::parse_device_list("16GiB")};  // chunks of at most 32 MiB
   const device_id d{0};
   sim_pool raw_pool{m.allocator(d), mgm::pool_options{}};
   mgm::sim::judged pool{m, raw_pool};
-  // Leaves 124 MiB free, more than 1/32 of the device: one chunk, with 28 MiB mapped ahead
-  // ((32 x 900) / 31 MiB in whole granules), which leaves 96 MiB free, still over 1/32.
-  void* a = pool.allocate(900 * MiB);
-  REQUIRE(m.modelled(d).count(driver_call::create) == 1);
-  REQUIRE(pool->reserved_bytes() == 928 * MiB);
-  // The 72 MiB it lacks would leave 24 MiB, under 1/32 (32 MiB): granules, nothing ahead.
-  void* b = pool.allocate(100 * MiB);
-  REQUIRE(m.modelled(d).count(driver_call::create) == 1 + 36);
-  REQUIRE(pool->reserved_bytes() == 1000 * MiB);
-  // So a release under the limit can give back any 2 MiB of it.
-  pool.deallocate(b, 100 * MiB);
-  void* c = pool.allocate(10 * MiB);  // in the first chunk's 28 MiB
-  REQUIRE(c == static_cast<char*>(a) + 900 * MiB);
+  // Leaves 1 GiB free, more than 1/32 of the device (512 MiB): chunks, and 494 MiB mapped ahead
+  // ((32 x 15360) / 31 MiB in whole granules: 15854 MiB), which leaves 530 MiB, still over 1/32.
+  void* a = pool.allocate(15360 * MiB);
+  REQUIRE(pool->reserved_bytes() == 15854 * MiB);
+  REQUIRE(m.modelled(d).count(driver_call::create) == 496);  // 495 of 32 MiB and one of 14 MiB
+  REQUIRE(m.modelled(d).count(driver_call::set_access) == 1);
+  // The 106 MiB it lacks would leave 424 MiB, under 1/32: granules, nothing ahead.
+  void* b = pool.allocate(600 * MiB);
+  REQUIRE(m.modelled(d).count(driver_call::create) == 496 + 53);
+  REQUIRE(pool->reserved_bytes() == 15960 * MiB);
+  // So a release under the limit can give back any 2 MiB of that, and every whole chunk.
+  pool.deallocate(b, 600 * MiB);
+  void* c = pool.allocate(10 * MiB);  // in the chunk after a's last
+  REQUIRE(c == static_cast<char*>(a) + 15360 * MiB);
   (void)pool->release();
-  REQUIRE(pool->reserved_bytes() == 928 * MiB);
+  REQUIRE(pool->reserved_bytes() == 15392 * MiB);  // a's 480 chunks and c's
   pool.deallocate(c, 10 * MiB);
-  pool.deallocate(a, 900 * MiB);
+  pool.deallocate(a, 15360 * MiB);
   (void)pool->release();
   REQUIRE(m.memory(d).used_bytes == 0);
   REQUIRE(m.hazards().empty());

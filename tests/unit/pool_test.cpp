@@ -391,16 +391,19 @@ TEST_CASE("pool: a fragmented cache is named, with max_split_bytes suggested", "
 
 TEST_CASE("pool: a fragmented expandable cache is named, with a smaller map_chunk suggested", "[pool][oom]") {
   mgm::pool_options o;  // expandable segments (the simulator has virtual memory)
-  sim_setup s{"48MiB", o};
+  sim_setup s{"16GiB", o};  // chunks of at most 1/512 of the device: 32 MiB
   REQUIRE(s.pool->expandable());
   void* whole = s.pool.allocate(40 * MiB);  // one growth: chunks of 32 and 8 MiB
+  REQUIRE(s.pool->reserved_bytes() == 40 * MiB);
+  s.pool->set_limits({40 * MiB, 0});  // and no more
   s.pool.deallocate(whole, 40 * MiB);
   std::vector<void*> pieces;
   for (int i = 0; i < 20; ++i) pieces.push_back(s.pool.allocate(2 * MiB));  // carve the 40 MiB
   for (std::size_t i = 0; i < pieces.size(); i += 2) s.pool.deallocate(pieces[i], 2 * MiB);
   // 20 MiB idle, but in granules of chunks that live pieces share: nothing can be unmapped.
   REQUIRE_THROWS_WITH(s.pool.allocate(12 * MiB), Catch::Contains("fragmented") && Catch::Contains("map_chunk:2MiB") &&
-                                                     !Catch::Contains("max_split"));
+                                                     !Catch::Contains("max_split") &&
+                                                     Catch::Contains("reserve at most 40.00 MiB"));
   for (std::size_t i = 1; i < pieces.size(); i += 2) s.pool.deallocate(pieces[i], 2 * MiB);
   void* fits = s.pool.allocate(12 * MiB);  // coalesced again
   s.pool.deallocate(fits, 12 * MiB);

@@ -206,13 +206,13 @@ TEST_CASE("replay: expandable segments priced call by call", "[trace][replay][co
   const auto t = mgm::read_rmm_csv(in, "twelve").compile();
   mgm::replay_options o;
   o.iterations = 2;
-  o.capacity_bytes = std::size_t{1} << 30;
+  o.capacity_bytes = std::size_t{8} << 30;  // chunks of at most 1/512 of it: 16 MiB
   const auto r = mgm::replay_on_sim(t, "pool", o);
   using mgm::sim::driver_call;
   const auto calls = [&](driver_call k) { return (*r.driver_calls)[static_cast<int>(k)]; };
   const auto secs = [&](driver_call k) { return r.modelled_driver_seconds->by_kind[static_cast<int>(k)]; };
-  // First iteration: one reservation (19 us), one chunk of six granules (pool_options::map_chunk_bytes
-  // is 32 MiB): one fresh handle (143 + 12 x 1 = 155 us), one map (1.5 us), one set_access over six
+  // First iteration: one reservation (19 us), one chunk of six granules (nothing mapped ahead: at
+  // most 12 x 32 / 31 MiB, six granules): one fresh handle (143 + 12 x 1 = 155 us), one map (1.5 us), one set_access over six
   // granules for the owner (36 + 5 x 9.4 = 83 us). The second reuses the mapped block: nothing more.
   REQUIRE(calls(driver_call::reserve) == 1);
   REQUIRE(calls(driver_call::create) == 1);

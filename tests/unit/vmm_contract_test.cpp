@@ -330,8 +330,10 @@ TEST_CASE("vmm contract: the pool's expandable segments over the real cuda_vmm_o
     REQUIRE(pool.reserved_bytes() == 0);
     REQUIRE(f.m.vmm().mapped_bytes(device_id{0}) == 0);
     using mgm::sim::driver_call;
-    REQUIRE(f.m.modelled(device_id{0}).count(driver_call::create) == 3);  // one 12 MiB chunk per growth
-    REQUIRE(f.m.modelled(device_id{0}).count(driver_call::map) == 3);
+    // A 64 MiB device: chunks of at most 1/512 of it, one 2 MiB granule; 6 per growth.
+    REQUIRE(f.m.modelled(device_id{0}).count(driver_call::create) == 18);
+    REQUIRE(f.m.modelled(device_id{0}).count(driver_call::map) == 18);
+    REQUIRE(f.m.modelled(device_id{0}).count(driver_call::set_access) == 3);
     REQUIRE(f.m.modelled(device_id{0}).count(driver_call::unmap) >= 1);
     REQUIRE(f.m.hazards().empty());
   }
