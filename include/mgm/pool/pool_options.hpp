@@ -35,7 +35,8 @@ struct pool_options {
   /// Expandable segments: the largest chunk one growth maps with one `create` and one `map` (a
   /// growth is mapped in chunks of at most this, whole granules). A chunk is also what an idle
   /// block gives back whole, so larger chunks mean fewer driver calls and coarser release. By
-  /// default a growth is one chunk (see expandable_source.hpp for the measurements).
+  /// default only the pool's own cap applies: 1/512 of the device (see expandable_source.hpp for
+  /// the policy and its measurements).
   std::size_t map_chunk_bytes{unlimited};
   /// Grow segments by mapping 2 MiB granules into one reserved range per stream and size class,
   /// where the upstream offers virtual memory (`mgm::vmm_allocator`) and the device supports it.
