@@ -268,3 +268,20 @@ TEST_CASE("expandable: growth, ahead or not, keeps within the pool's limits", "[
   REQUIRE(m.memory(d).used_bytes == 0);
   REQUIRE(m.hazards().empty());
 }
+
+TEST_CASE("expandable: what is mapped ahead stops at the near-full margin", "[pool][expandable]") {
+  mgm::sim::machine m{mgm::sim::parse_device_list("16GiB")};  // margin: 1/32, 512 MiB
+  sim_pool raw_pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
+  // The budget would map (32 x 15700) / 31 MiB (16206); the margin stops it at 15872, 172 MiB ahead.
+  void* a = pool.allocate(15700 * MiB);
+  REQUIRE(pool->reserved_bytes() == 15872 * MiB);
+  REQUIRE(m.memory(device_id{0}).free_bytes == 512 * MiB);
+  void* b = pool.allocate(100 * MiB);  // from what was mapped ahead: no growth
+  REQUIRE(pool->reserved_bytes() == 15872 * MiB);
+  pool.deallocate(b, 100 * MiB);
+  pool.deallocate(a, 15700 * MiB);
+  (void)pool->release();
+  REQUIRE(m.memory(device_id{0}).used_bytes == 0);
+  REQUIRE(m.hazards().empty());
+}

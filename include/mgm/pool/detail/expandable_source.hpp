@@ -433,21 +433,25 @@ class expandable_source {
   // available: near the device's end, or near the pool's limit. (An upstream that cannot say its
   // size is never near full.)
   static bool near_full(const Upstream& upstream, std::size_t avail, std::size_t bytes) {
+    return avail < bytes + margin(upstream);
+  }
+  // What stays available near full: 1/`near_full_share` of the device.
+  static std::size_t margin(const Upstream& upstream) {
     if constexpr (requires(const Upstream& up) { up.total_bytes(); }) {
       constexpr std::size_t near_full_share = 32;
-      return avail < bytes + upstream.total_bytes() / near_full_share;
+      return upstream.total_bytes() / near_full_share;
     } else {
-      (void)upstream, (void)avail, (void)bytes;
-      return false;
+      (void)upstream;
+      return 0;
     }
   }
 
   // What a growth of `seg` for a request of `size` bytes may map, the request included: as much
   // as leaves the segment's free mapped bytes F' at most its mapped bytes M' / map_ahead_share.
   // With F free and M mapped now, mapping m bytes gives M' = M + m and F' = F + m - size, so
-  // m <= (M + share (size - F)) / (share - 1). Whole granules, rounded down; 0 when nothing fits
-  // the budget, or when mapping it would leave the device near full (the caller maps the request
-  // alone). It walks the segment's blocks: a growth costs driver calls of at least 150 us.
+  // m <= (M + share (size - F)) / (share - 1). Whole granules, rounded down, and never into the
+  // near-full margin (0 when nothing fits: the caller maps the request alone). It walks the
+  // segment's blocks: a growth costs driver calls of at least 150 us.
   std::size_t ahead_bytes(const Upstream& upstream, std::size_t avail, const segment& seg, std::size_t size) const {
     constexpr std::size_t map_ahead_share = 32;
     std::size_t free = 0;
@@ -463,7 +467,7 @@ class expandable_source {
       return 0;
     }
     const std::size_t m = budget / (map_ahead_share - 1) / granule_ * granule_;
-    return near_full(upstream, avail, m) ? 0 : m;
+    return std::min(m, avail > margin(upstream) ? (avail - margin(upstream)) / granule_ * granule_ : 0);
   }
 
   // The end of the run of granules that share granule g's handle: of its chunk when mapped.
