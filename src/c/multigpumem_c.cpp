@@ -341,8 +341,11 @@ void* allocate_or_throw(state& s, std::size_t size, int device, mgm::stream_ref 
     try {
       p = s.pools->allocate(device, size, stream);
     } catch (const mgm::out_of_memory&) {
-      if (reserved() + size <= cap) throw;  // the device, not the cap: the pool's message
-      break;                                // the cap: the fraction's message below
+      // Far below the cap (more than a segment's rounding, 32 MiB): the device, not the cap, ran
+      // out, and the pool's message says so; else the fraction's message below.
+      constexpr std::size_t rounding = std::size_t{32} << 20;
+      if (reserved() + size + rounding <= cap) throw;
+      break;
     }
     if (reserved() <= cap) return p;
     s.pools->deallocate(device, p, size, stream);

@@ -7,7 +7,9 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 using mgm::device_id;
@@ -249,6 +251,35 @@ TEST_CASE("expandable: growth, ahead or not, keeps within the pool's limits", "[
                                                      Catch::Contains("at most 1000.00 MiB"));
     REQUIRE(pool->reserved_bytes() == 1000 * MiB);  // the refusal changed nothing
     for (void* p : live) pool.deallocate(p, 100 * MiB);
+  }
+  SECTION("max_reserved_bytes, with growths at once on two streams") {
+    // The second growth starts while the first maps without the lock: it must count those bytes.
+    pool->set_limits({1000 * MiB, 0});
+    const mgm::stream_ref streams[2] = {m.create_stream(d), m.create_stream(d)};
+    for (int round = 0; round < 50; ++round) {
+      void* got[2] = {nullptr, nullptr};
+      std::atomic<int> ready{0};
+      const auto grow = [&](int i) {
+        ready.fetch_add(1);
+        while (ready.load() < 2) {
+        }
+        try {
+          got[i] = raw_pool.allocate_async(600 * MiB, 256, streams[i]);
+        } catch (const mgm::out_of_memory&) {
+        }
+      };
+      std::thread a{grow, 0};
+      std::thread b{grow, 1};
+      a.join();
+      b.join();
+      INFO("round " << round);
+      REQUIRE(pool->statistics().reserved_bytes.peak <= static_cast<std::int64_t>(1000 * MiB));
+      REQUIRE(((got[0] != nullptr) + (got[1] != nullptr)) == 1);
+      for (int i = 0; i < 2; ++i) {
+        if (got[i] != nullptr) raw_pool.deallocate_async(got[i], 600 * MiB, 256, streams[i]);
+      }
+      (void)pool->release();
+    }
   }
   SECTION("keep_free_bytes") {
     pool->set_limits({mgm::pool_options::unlimited, 1 * std::size_t{1} << 30});

@@ -297,15 +297,21 @@ class placed_allocator {
   }
 
   // The pool's memory on `owner`, keeping the device's reserve free. The headroom that ranked the
-  // candidate counts the pool's cached blocks, yet a request that no cached block fits takes a new
-  // segment from the device's free memory, which may reach into the reserve. Such an allocation is
-  // undone: the pool gives its idle segments back (the new one among them) and tries once more,
-  // now with less cache to miss; if that still reaches into the reserve, the device is refused
-  // and the next candidate is tried.
+  // candidate counts the pool's cached blocks, yet a request that no cached block fits grows the
+  // pool, and cached memory that shares physical chunks with live blocks cannot be given back. The
+  // pool keeps the reserve itself (`pool_limits::keep_free_bytes`): a growth that would reach into
+  // it is refused (after the pool's out-of-memory pipeline gave back what it could, its
+  // `oom_handler` included), and the next candidate is tried. Where the device's free memory
+  // shrinks meanwhile (another process), an allocation that still reaches into the reserve is
+  // undone: the pool gives its idle segments back and tries once more, then the device is refused.
   void* allocate_within_reserve(device_id owner, std::size_t bytes) {
     auto& pool = pools_.pool(owner);
-    if (!reserve_.empty() && pool.limits().keep_free_bytes != reserve_[owner.index()]) {
-      pool.set_limits({pool.limits().max_reserved_bytes, reserve_[owner.index()]});  // the pool keeps it too
+    if (!reserve_.empty()) {  // the pool keeps the reserve itself (the rest of its limits stays)
+      pool_limits l = pool.limits();
+      if (l.keep_free_bytes != reserve_[owner.index()]) {
+        l.keep_free_bytes = reserve_[owner.index()];
+        pool.set_limits(l);
+      }
     }
     const auto into_reserve = [&] {
       if constexpr (requires(const Upstream& u) { u.free_bytes(); }) {

@@ -23,6 +23,12 @@
 
 namespace mgm::detail {
 
+/// What a growth may take under the pool's limits (`pool_limits`), worked out under the lock.
+struct growth_budget {
+  std::size_t room{pool_options::unlimited};      ///< the most bytes it may map or allocate
+  std::size_t capacity{pool_options::unlimited};  ///< what the limits leave of the device (margins, chunks)
+};
+
 template <bool Statistics>
 class block_space {
  public:
@@ -35,6 +41,7 @@ class block_space {
   std::size_t reserved{0};       ///< mapped bytes of every segment
   std::size_t idle{0};           ///< free blocks that are a whole segment
   std::size_t pending{0};        ///< freed blocks waiting on events (record_stream, captures)
+  std::size_t growing{0};        ///< bytes being mapped or allocated without the lock (not yet reserved)
 
   [[nodiscard]] const pool_options& options() const noexcept { return options_; }
 

@@ -133,22 +133,26 @@ class expandable_source {
 
   /// Serves a miss from `slot`'s ranges: maps the granules the request needs (after a free
   /// neighbour below, if any) without the lock, reserving a new range when none has room, and
-  /// maps ahead unless `minimal`. Maps at most `room` bytes (the pool's limits). Returns the block
-  /// out of every index, or nullptr when the device is out of memory or the request needs more
-  /// than `room` (nothing changed). When it throws, nothing changed either.
+  /// maps ahead unless `minimal`. `budget()` gives the pool's limits (`growth_budget`), asked
+  /// under the lock: the growth maps at most its room. Returns the block out of every index, or
+  /// nullptr when the device is out of memory or the request needs more than the room (nothing
+  /// changed but perhaps a new reserved range). When it throws, nothing changed either.
+  template <class Budget>
   block* try_grow(std::unique_lock<pool_mutex>& lock, Upstream& upstream, block_space<Statistics>& space,
-                  stream_slot& slot, std::size_t size, bool small, std::size_t room = pool_options::unlimited,
-                  bool minimal = false) {
+                  stream_slot& slot, std::size_t size, bool small, Budget&& budget, bool minimal = false) {
     if constexpr (!vmm_allocator<Upstream>) {
-      (void)lock, (void)upstream, (void)space, (void)slot, (void)size, (void)small, (void)room, (void)minimal;
+      (void)lock, (void)upstream, (void)space, (void)slot, (void)size, (void)small, (void)budget, (void)minimal;
       return nullptr;
     } else {
       tlsf_index& free_ranges = slot.unmapped_index(small);
       block* u = free_ranges.find(size);
       if (u == nullptr) u = free_ranges.scan(size);
       if (u == nullptr) {
+        std::size_t whole = size;
+        (void)round_up(whole, granule_, whole);
+        if (whole > budget().room) return nullptr;  // no new range only to refuse
         if (!reserve(lock, upstream, space, slot, size, small)) return nullptr;
-        return try_grow(lock, upstream, space, slot, size, small, room, minimal);
+        return try_grow(lock, upstream, space, slot, size, small, budget, minimal);
       }
       // Start from a free mapped neighbour below, so that growth extends it.
       block* below = u->prev;
@@ -159,15 +163,17 @@ class expandable_source {
       const std::uintptr_t start = below != nullptr ? below->addr : u->addr;
       std::size_t map_bytes = start + size - u->addr;
       (void)round_up(map_bytes, granule_, map_bytes);
-      if (std::min(map_bytes, u->size) > room) return nullptr;
+      const growth_budget limits = budget();
+      if (std::min(map_bytes, u->size) > limits.room) return nullptr;
       segment& seg = segment_of(u);
-      const std::size_t avail = available(upstream, room);
-      const bool full = near_full(upstream, avail, map_bytes);
-      if (!full && !minimal) map_bytes = std::max(map_bytes, ahead_bytes(upstream, avail, seg, size));
+      const std::size_t cap = capacity(upstream, limits);
+      const std::size_t avail = available(upstream, space, limits.room);
+      const bool full = near_full(cap, avail, map_bytes);
+      if (!full && !minimal) map_bytes = std::max(map_bytes, ahead_bytes(cap, avail, seg, size));
       map_bytes = std::min(map_bytes, u->size);
       space.arena.reserve(1);  // the split below: nothing may fail after mapping
       const std::vector<device_id> readers = peers_;  // read under the lock
-      const std::size_t chunk = full ? granule_ : std::min({chunk_, map_bytes, largest_chunk(upstream)});
+      const std::size_t chunk = full ? granule_ : std::min({chunk_, map_bytes, largest_chunk(cap)});
       std::vector<handle> made;  // one per chunk
       made.reserve(map_bytes / chunk + 1);
       free_ranges.remove(u);
@@ -177,6 +183,7 @@ class expandable_source {
         block_space<Statistics>::mark_busy(below);
       }
       const std::uintptr_t va = u->addr;
+      space.growing += map_bytes;  // counted by the limits of growths that start meanwhile
       lock.unlock();
       bool ok = true;
       std::size_t mapped = 0;  // chunks mapped so far
@@ -193,11 +200,13 @@ class expandable_source {
       } catch (...) {
         undo_map(va, map_bytes, chunk, made, mapped);
         lock.lock();
+        space.growing -= map_bytes;
         restore(space, u, below, slot, small);
         throw;
       }
       if (!ok) undo_map(va, map_bytes, chunk, made, mapped);
       lock.lock();
+      space.growing -= map_bytes;
       if (!ok) {
         restore(space, u, below, slot, small);
         return nullptr;
@@ -409,41 +418,46 @@ class expandable_source {
     }
   }
 
-  // The largest physical chunk: 1/`chunk_share` of the device (160 MiB of 80 GiB), the unit an
+  // The largest physical chunk: 1/`chunk_share` of the capacity (160 MiB of 80 GiB), the unit an
   // idle block gives back under a capacity limit. Measured (`mgm replay --fit`, the smallest
   // capacity that runs a trace, over its peak live bytes): with one chunk per growth, U-Net 1.024,
   // the generated ResNet-50 1.014, GPT-2 1.084 and GPT 1.3B 1.021; with 1/512, 1.003, 1.008, 1.010
   // and 1.003, for a few more creates on the largest growths.
-  std::size_t largest_chunk(const Upstream& upstream) const {
+  std::size_t largest_chunk(std::size_t cap) const {
     constexpr std::size_t chunk_share = 512;
-    return std::max(granule_, upstream.total_bytes() / chunk_share / granule_ * granule_);
+    return std::max(granule_, cap / chunk_share / granule_ * granule_);
   }
 
-  // What a growth may map: `room` (the pool's limits), and no more than the device has free.
-  static std::size_t available(const Upstream& upstream, std::size_t room) {
-    if constexpr (requires(const Upstream& up) { up.free_bytes(); }) {
-      return std::min(room, upstream.free_bytes());
+  // What the pool may hold: the device's memory, or less under its limits. (An upstream that
+  // cannot say its size has none but the limits'.)
+  static std::size_t capacity(const Upstream& upstream, const growth_budget& limits) {
+    if constexpr (requires(const Upstream& up) { up.total_bytes(); }) {
+      return std::min(limits.capacity, upstream.total_bytes());
     } else {
       (void)upstream;
+      return limits.capacity == pool_options::unlimited ? 0 : limits.capacity;
+    }
+  }
+
+  // What a growth may map: `room` (the pool's limits), and no more than the device has free, less
+  // what other growths are mapping meanwhile.
+  static std::size_t available(const Upstream& upstream, const block_space<Statistics>& space, std::size_t room) {
+    if constexpr (requires(const Upstream& up) { up.free_bytes(); }) {
+      const std::size_t free = upstream.free_bytes();
+      return std::min(room, free > space.growing ? free - space.growing : 0);
+    } else {
+      (void)upstream, (void)space;
       return room;
     }
   }
 
-  // Whether mapping `bytes` of `avail` would leave less than 1/`near_full_share` of the device
-  // available: near the device's end, or near the pool's limit. (An upstream that cannot say its
-  // size is never near full.)
-  static bool near_full(const Upstream& upstream, std::size_t avail, std::size_t bytes) {
-    return avail < bytes + margin(upstream);
-  }
-  // What stays available near full: 1/`near_full_share` of the device.
-  static std::size_t margin(const Upstream& upstream) {
-    if constexpr (requires(const Upstream& up) { up.total_bytes(); }) {
-      constexpr std::size_t near_full_share = 32;
-      return upstream.total_bytes() / near_full_share;
-    } else {
-      (void)upstream;
-      return 0;
-    }
+  // Whether mapping `bytes` of `avail` would leave less than 1/`near_full_share` of the capacity
+  // `cap` available: near the device's end, or near the pool's limit.
+  static bool near_full(std::size_t cap, std::size_t avail, std::size_t bytes) { return avail < bytes + margin(cap); }
+  // What stays available near full: 1/`near_full_share` of the capacity.
+  static std::size_t margin(std::size_t cap) {
+    constexpr std::size_t near_full_share = 32;
+    return cap / near_full_share;
   }
 
   // What a growth of `seg` for a request of `size` bytes may map, the request included: as much
@@ -452,7 +466,7 @@ class expandable_source {
   // m <= (M + share (size - F)) / (share - 1). Whole granules, rounded down, and never into the
   // near-full margin (0 when nothing fits: the caller maps the request alone). It walks the
   // segment's blocks: a growth costs driver calls of at least 150 us.
-  std::size_t ahead_bytes(const Upstream& upstream, std::size_t avail, const segment& seg, std::size_t size) const {
+  std::size_t ahead_bytes(std::size_t cap, std::size_t avail, const segment& seg, std::size_t size) const {
     constexpr std::size_t map_ahead_share = 32;
     std::size_t free = 0;
     for (const block* b = seg.head; b != nullptr; b = b->next) {
@@ -467,7 +481,7 @@ class expandable_source {
       return 0;
     }
     const std::size_t m = budget / (map_ahead_share - 1) / granule_ * granule_;
-    return std::min(m, avail > margin(upstream) ? (avail - margin(upstream)) / granule_ * granule_ : 0);
+    return std::min(m, avail > margin(cap) ? (avail - margin(cap)) / granule_ * granule_ : 0);
   }
 
   // The end of the run of granules that share granule g's handle: of its chunk when mapped.

@@ -52,10 +52,10 @@ struct pool_slow_paths {
     block* b = with_oom_retries<Pool::statistics_enabled>(
         lock, p.space_.stats, p.handler_, size, false,
         [&](bool minimal) -> block* {
-          const std::size_t room = growth_room(p);
-          if (grow) return p.expand_.try_grow(lock, p.upstream_, p.space_, slot, size, small, room, minimal);
+          const auto budget = [&] { return growth_limits(p); };
+          if (grow) return p.expand_.try_grow(lock, p.upstream_, p.space_, slot, size, small, budget, minimal);
           const std::size_t seg = Pool::plain_type::segment_size(p.space_.options(), size, small, minimal);
-          if (seg > room) return nullptr;
+          if (seg > budget().room) return nullptr;
           return p.plain_.take(lock, p.upstream_, p.ops_, p.space_, p.plain_.heads(), slot, seg, small, stream, false);
         },
         [&] { reclaim(p, lock); }, [&] { return pool_inspect::describe_oom(p, size); });
@@ -82,7 +82,7 @@ struct pool_slow_paths {
           lock, p.space_.stats, p.handler_, size, true,
           [&](bool) -> block* {
             const std::size_t seg = Pool::plain_type::segment_size(p.space_.options(), size, small, false);
-            if (seg > growth_room(p)) return nullptr;
+            if (seg > growth_limits(p).room) return nullptr;
             return p.plain_.take(lock, p.upstream_, p.ops_, p.space_, pool.segments, slot, seg, small, stream, true);
           },
           [] {}, [&] { return pool_inspect::describe_oom(p, size); });
@@ -137,21 +137,31 @@ struct pool_slow_paths {
     if (pool != nullptr && pool->released()) pool_inspect::release_private(p, lock, *pool);
   }
 
-  /// The most bytes a growth may take under the pool's limits (`pool_limits`). The device's free
-  /// memory is asked only when a limit needs it.
+  /// What a growth may take under the pool's limits (`pool_limits`), counting what other growths
+  /// are taking meanwhile (`block_space::growing`). Under the lock. The device's free memory is
+  /// asked only when a limit needs it.
   template <class Pool>
-  static std::size_t growth_room(Pool& p) {
+  static growth_budget growth_limits(Pool& p) {
     const pool_limits& l = p.limits_;
-    std::size_t room = l.max_reserved_bytes > p.space_.reserved ? l.max_reserved_bytes - p.space_.reserved : 0;
-    if (l.max_reserved_bytes == pool_options::unlimited) room = pool_options::unlimited;
+    growth_budget b;
+    const std::size_t held = p.space_.reserved + p.space_.growing;
+    if (l.max_reserved_bytes != pool_options::unlimited) {
+      b.room = l.max_reserved_bytes > held ? l.max_reserved_bytes - held : 0;
+      b.capacity = l.max_reserved_bytes;
+    }
     using U = typename Pool::upstream_type;
     if constexpr (requires(const U& u) { { u.free_bytes() } -> std::convertible_to<std::size_t>; }) {
       if (l.keep_free_bytes != 0) {
-        const std::size_t free = p.upstream_.free_bytes();
-        room = std::min(room, free > l.keep_free_bytes ? free - l.keep_free_bytes : 0);
+        std::size_t free = p.upstream_.free_bytes();
+        free = free > p.space_.growing ? free - p.space_.growing : 0;
+        b.room = std::min(b.room, free > l.keep_free_bytes ? free - l.keep_free_bytes : 0);
+        if constexpr (requires(const U& u) { { u.total_bytes() } -> std::convertible_to<std::size_t>; }) {
+          const std::size_t total = p.upstream_.total_bytes();
+          b.capacity = std::min(b.capacity, total > l.keep_free_bytes ? total - l.keep_free_bytes : 0);
+        }
       }
     }
-    return room;
+    return b;
   }
 
   /// Gives back what this pool holds idle (the out-of-memory pipeline's second step).

@@ -105,6 +105,7 @@ class segment_source {
   block* take(std::unique_lock<pool_mutex>& lock, Upstream& upstream, stream_ops_type& ops, block_space<Statistics>& space,
               std::vector<block*>& list, stream_slot& slot, std::size_t seg, bool small, stream_ref stream,
               bool capturing) {
+    space.growing += seg;  // counted by the limits of growths that start meanwhile
     lock.unlock();
     void* p = nullptr;
     try {
@@ -116,9 +117,11 @@ class segment_source {
       p = nullptr;
     } catch (...) {
       lock.lock();
+      space.growing -= seg;
       throw;
     }
     lock.lock();
+    space.growing -= seg;
     if (p == nullptr) return nullptr;
     try {  // what the records need, before anything changes
       space.arena.reserve(1);
