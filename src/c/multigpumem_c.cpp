@@ -331,7 +331,8 @@ void* allocate_or_throw(state& s, std::size_t size, int device, mgm::stream_ref 
   // Capped allocations of one device check and allocate one at a time, so that one thread's
   // attempt never fails another's that fits (frees may still come in between: they only help).
   // The pool keeps to the cap itself (pool_limits, set here in case the pool is new: what it maps
-  // ahead of a request never crosses the cap); the check below is what the message relies on.
+  // ahead of a request never crosses the cap). The check below covers a pool that held more than
+  // the cap before it was set: it gives its idle memory back and tries once more.
   const std::lock_guard alone{limit.mutex};
   const std::size_t cap = limit.cap.load(std::memory_order_relaxed);
   s.pools->set_max_reserved(device, cap);

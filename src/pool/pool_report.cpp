@@ -132,11 +132,12 @@ std::string describe_pool_oom(const oom_info& i) {
                     " is cached but idle (largest free block " + format_bytes(i.largest_free_bytes) + ")";
   msg += i.device_free_bytes ? "; the device has " + format_bytes(*i.device_free_bytes) + " free."
                              : "; the device's free memory is unknown.";
-  if (i.max_reserved_bytes != static_cast<std::size_t>(-1)) {
-    msg += " Its limit (pool_limits::max_reserved_bytes) lets it reserve at most " + format_bytes(i.max_reserved_bytes) + ".";
+  if (i.limits.max_reserved_bytes != pool_options::unlimited) {
+    msg += " Its limit (pool_limits::max_reserved_bytes) lets it reserve at most " +
+           format_bytes(i.limits.max_reserved_bytes) + ".";
   }
-  if (i.keep_free_bytes != 0) {
-    msg += " It keeps " + format_bytes(i.keep_free_bytes) + " of the device free (pool_limits::keep_free_bytes).";
+  if (i.limits.keep_free_bytes != 0) {
+    msg += " It keeps " + format_bytes(i.limits.keep_free_bytes) + " of the device free (pool_limits::keep_free_bytes).";
   }
   if (i.capturing) {
     msg += " The request came from a stream capturing a CUDA graph: during a capture the pool gives "

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <mgm/device.hpp>
+#include <mgm/pool/pool_options.hpp>
 
 #include <cstddef>
 #include <functional>
@@ -23,8 +24,7 @@ struct oom_info {
   std::size_t max_split_bytes{0};
   bool capturing{false};   ///< the request came from a stream capturing a CUDA graph
   bool expandable{false};  ///< the request grows an expandable segment (mapped in `map_chunk` pieces)
-  std::size_t max_reserved_bytes{static_cast<std::size_t>(-1)};  ///< `pool_limits::max_reserved_bytes`
-  std::size_t keep_free_bytes{0};                                ///< `pool_limits::keep_free_bytes`
+  pool_limits limits;      ///< the pool's limits when it ran out
 };
 
 /// @brief Called when the pool could not get memory even after releasing its idle segments.

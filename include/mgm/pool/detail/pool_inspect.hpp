@@ -123,8 +123,7 @@ struct pool_inspect {
     info.idle_cached_bytes = free_bytes + p.space_.pending;
     info.allocated_bytes = p.space_.reserved - info.idle_cached_bytes;
     info.largest_free_bytes = largest;
-    info.max_reserved_bytes = p.limits_.max_reserved_bytes;
-    info.keep_free_bytes = p.limits_.keep_free_bytes;
+    info.limits = p.limits_;
     using U = typename Pool::upstream_type;
     if constexpr (requires(const U& u) { { u.free_bytes() } -> std::convertible_to<std::size_t>; }) {
       try {
