@@ -185,10 +185,12 @@ TEST_CASE("expandable: chunks are at most 1/512 of the device, and near its end 
   REQUIRE(pool->reserved_bytes() == 15854 * MiB);
   REQUIRE(m.modelled(d).count(driver_call::create) == 496);  // 495 of 32 MiB and one of 14 MiB
   REQUIRE(m.modelled(d).count(driver_call::set_access) == 1);
-  // The 106 MiB it lacks would leave 424 MiB, under 1/32: granules, nothing ahead.
+  // The 106 MiB it lacks would leave 424 MiB, under 1/32: granules, and instead of the budget's
+  // ahead a pad of 1/32 of the growth (3.3 MiB; 1/64 of the 424 MiB is more): one granule.
   void* b = pool.allocate(600 * MiB);
-  REQUIRE(m.modelled(d).count(driver_call::create) == 496 + 53);
-  REQUIRE(pool->reserved_bytes() == 15960 * MiB);
+  REQUIRE(m.modelled(d).count(driver_call::create) == 496 + 53 + 1);
+  REQUIRE(pool->reserved_bytes() == 15962 * MiB);
+  REQUIRE(m.memory(d).free_bytes == 422 * MiB);
   // So a release under the limit can give back any 2 MiB of that, and every whole chunk.
   pool.deallocate(b, 600 * MiB);
   void* c = pool.allocate(10 * MiB);  // in the chunk after a's last
@@ -314,5 +316,29 @@ TEST_CASE("expandable: what is mapped ahead stops at the near-full margin", "[po
   pool.deallocate(a, 15700 * MiB);
   (void)pool->release();
   REQUIRE(m.memory(device_id{0}).used_bytes == 0);
+  REQUIRE(m.hazards().empty());
+}
+
+TEST_CASE("expandable: near full, a growth pads what it maps, so a pass that lacks a little grows no more",
+          "[pool][expandable]") {
+  using mgm::sim::driver_call;
+  mgm::sim::machine m{mgm::sim::parse_device_list("16GiB")};  // margin: 1/32, 512 MiB
+  const device_id d{0};
+  sim_pool raw_pool{m.allocator(d), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
+  void* a = pool.allocate(15700 * MiB);  // 15872 MiB mapped, 512 MiB free (the previous test)
+  // The first pass's peak: 300 MiB more, within the margin: 172 MiB were mapped ahead, 128 grow,
+  // and a pad of 4 MiB (1/32 of the growth; 1/64 of the 384 MiB that stay free is 6).
+  void* b = pool.allocate(300 * MiB);
+  REQUIRE(pool->reserved_bytes() == (15872 + 128 + 4) * MiB);
+  const std::size_t creates = m.modelled(d).count(driver_call::create);
+  pool.deallocate(b, 300 * MiB);
+  // The second pass's peak is 4 MiB larger (its blocks fell elsewhere): the pad serves it.
+  b = pool.allocate(304 * MiB);
+  REQUIRE(m.modelled(d).count(driver_call::create) == creates);
+  pool.deallocate(b, 304 * MiB);
+  pool.deallocate(a, 15700 * MiB);
+  (void)pool->release();
+  REQUIRE(m.memory(d).used_bytes == 0);
   REQUIRE(m.hazards().empty());
 }
