@@ -1,6 +1,7 @@
 // The caching pool's expandable segments over the simulated machine's virtual memory: mapped
 // memory within the device, release, stream-ordered unmapping, peer access and growth.
 #include <mgm/pool/caching_pool.hpp>
+#include <mgm/pool/detail/mapping_policy.hpp>
 #include <mgm/sim/judged.hpp>
 #include <mgm/sim/machine.hpp>
 
@@ -341,4 +342,26 @@ TEST_CASE("expandable: near full, a growth pads what it maps, so a pass that lac
   (void)pool->release();
   REQUIRE(m.memory(d).used_bytes == 0);
   REQUIRE(m.hazards().empty());
+}
+
+TEST_CASE("expandable: the mapping policy's arithmetic", "[pool][expandable]") {
+  const mgm::detail::mapping_policy p{2 * MiB};
+  const std::size_t cap = 80 * std::size_t{1} << 30;
+  REQUIRE(p.largest_chunk(cap) == 160 * MiB);
+  REQUIRE(p.largest_chunk(64 * MiB) == 2 * MiB);  // never below a granule
+  REQUIRE(p.margin(cap) == 2560 * MiB);
+  REQUIRE(p.near_full(cap, 3000 * MiB, 500 * MiB));
+  REQUIRE_FALSE(p.near_full(cap, 3100 * MiB, 500 * MiB));
+  // Ahead: 3100 MiB mapped, none free, a 100 MiB request: (3100 + 32 x 100) / 31 = 203.2 -> 202.
+  const std::size_t m = p.ahead_bytes(cap, 40000 * MiB, 3100 * MiB, 0, 100 * MiB);
+  REQUIRE(m == 202 * MiB);
+  REQUIRE((m - 100 * MiB) * 32 <= 3100 * MiB + m);  // free after the growth: at most 1/32 of mapped
+  // With more free than the request can use, nothing ahead.
+  REQUIRE(p.ahead_bytes(cap, 40000 * MiB, 3100 * MiB, 200 * MiB, 100 * MiB) == 0);
+  // Clipped at the margin: 2600 MiB available leaves 40 above it.
+  REQUIRE(p.ahead_bytes(cap, 2600 * MiB, 3100 * MiB, 0, 100 * MiB) == 40 * MiB);
+  // The pad: the lesser of 1/64 of what stays and 1/32 of the growth, whole granules.
+  REQUIRE(p.padded(1000 * MiB, 320 * MiB) == 330 * MiB);  // 680 / 64 = 10.6 against 320 / 32 = 10
+  REQUIRE(p.padded(200 * MiB, 100 * MiB) == 100 * MiB);   // 1.5 and 3.1: under a granule
+  REQUIRE(p.padded(100 * MiB, 100 * MiB) == 100 * MiB);
 }

@@ -18,9 +18,10 @@
 ///   141 GiB) from 0.78 to 0.45; reserved / live rose by at most 3 points (BERT-base 1.013 to 1.033).
 /// - **Near full** (less than 1/`near_full_share` of the device would stay available, free on the
 ///   device and within the pool's `pool_limits`), a growth maps in single granules what it needs
-///   and a small pad (`padded`: at most 1/64 of what would stay available and 1/32 of the growth):
-///   a pool under a capacity limit must be able to give memory back in small pieces, and never
-///   maps ahead much of what another range or stream will need; the pad takes what a later pass lacks.
+///   and a small pad (`mapping_policy::padded`: at most 1/64 of what would stay available and
+///   1/32 of the growth): a pool under a capacity limit must be able to give memory back in small
+///   pieces, and never maps ahead much of what another range or stream will need; the pad takes
+///   what a later pass lacks. The figures are `mapping_policy`'s.
 /// CUDA cannot unmap part of a mapping, so a chunk is also the unit of unmapping: an idle block
 /// gives back the chunks it covers whole.
 ///
@@ -40,6 +41,7 @@
 #include <mgm/error.hpp>
 #include <mgm/log.hpp>
 #include <mgm/pool/detail/block_space.hpp>
+#include <mgm/pool/detail/mapping_policy.hpp>
 #include <mgm/pool/detail/nvtx.hpp>
 #include <mgm/pool/detail/pool_mutex.hpp>
 #include <mgm/pool/detail/stream_cache.hpp>
@@ -169,12 +171,16 @@ class expandable_source {
       segment& seg = segment_of(u);
       const std::size_t cap = capacity(upstream, limits);
       const std::size_t avail = available(upstream, space, limits.room);
-      const bool full = near_full(cap, avail, map_bytes);
-      if (!minimal) map_bytes = full ? padded(avail, map_bytes) : std::max(map_bytes, ahead_bytes(cap, avail, seg, size));
+      const mapping_policy policy{granule_};
+      const bool full = policy.near_full(cap, avail, map_bytes);
+      if (!minimal) {
+        map_bytes = full ? policy.padded(avail, map_bytes)
+                         : std::max(map_bytes, policy.ahead_bytes(cap, avail, seg.mapped, free_mapped(seg), size));
+      }
       map_bytes = std::min(map_bytes, u->size);
       space.arena.reserve(1);  // the split below: nothing may fail after mapping
       const std::vector<device_id> readers = peers_;  // read under the lock
-      const std::size_t chunk = full ? granule_ : std::min({chunk_, map_bytes, largest_chunk(cap)});
+      const std::size_t chunk = full ? granule_ : std::min({chunk_, map_bytes, policy.largest_chunk(cap)});
       std::vector<handle> made;  // one per chunk
       made.reserve(map_bytes / chunk + 1);
       free_ranges.remove(u);
@@ -419,16 +425,6 @@ class expandable_source {
     }
   }
 
-  // The largest physical chunk: 1/`chunk_share` of the capacity (160 MiB of 80 GiB), the unit an
-  // idle block gives back under a capacity limit. Measured (`mgm replay --fit`, the smallest
-  // capacity that runs a trace, over its peak live bytes): with one chunk per growth, U-Net 1.024,
-  // the generated ResNet-50 1.014, GPT-2 1.084 and GPT 1.3B 1.021; with 1/512, 1.003, 1.008, 1.010
-  // and 1.003, for a few more creates on the largest growths.
-  std::size_t largest_chunk(std::size_t cap) const {
-    constexpr std::size_t chunk_share = 512;
-    return std::max(granule_, cap / chunk_share / granule_ * granule_);
-  }
-
   // What the pool may hold: the device's memory, or less under its limits. (An upstream that
   // cannot say its size has none but the limits'.)
   static std::size_t capacity(const Upstream& upstream, const growth_budget& limits) {
@@ -452,50 +448,14 @@ class expandable_source {
     }
   }
 
-  // Whether mapping `bytes` of `avail` would leave less than 1/`near_full_share` of the capacity
-  // `cap` available: near the device's end, or near the pool's limit.
-  static bool near_full(std::size_t cap, std::size_t avail, std::size_t bytes) { return avail < bytes + margin(cap); }
-  // What stays available near full: 1/`near_full_share` of the capacity.
-  static std::size_t margin(std::size_t cap) {
-    constexpr std::size_t near_full_share = 32;
-    return cap / near_full_share;
-  }
-
-  // Near full, what a growth maps: the `bytes` it needs and a pad, the lesser of 1/`pad_share` of
-  // what would stay available and 1/`growth_share` of the growth, in whole granules. A training
-  // step's second pass differs a little from its first (the first left its blocks in other
-  // places), and what it lacks then costs a growth every pass; the pad takes it, while nearly all
-  // the rest stays available. Measured with `scripts/bench`: at a capacity of 1.05 x peak live,
-  // GPT 1.3B from 11 late driver calls to 0; `mgm replay --fit` as before on every trace (without
-  // the bound by the growth, the transformer's fit rose from 1.0024 to 1.0028).
-  std::size_t padded(std::size_t avail, std::size_t bytes) const {
-    constexpr std::size_t pad_share = 64;
-    constexpr std::size_t growth_share = 32;
-    return avail > bytes ? bytes + std::min((avail - bytes) / pad_share, bytes / growth_share) / granule_ * granule_ : bytes;
-  }
-
-  // What a growth of `seg` for a request of `size` bytes may map, the request included: as much
-  // as leaves the segment's free mapped bytes F' at most its mapped bytes M' / map_ahead_share.
-  // With F free and M mapped now, mapping m bytes gives M' = M + m and F' = F + m - size, so
-  // m <= (M + share (size - F)) / (share - 1). Whole granules, rounded down, and never into the
-  // near-full margin (0 when nothing fits: the caller maps the request alone). It walks the
-  // segment's blocks: a growth costs driver calls of at least 150 us.
-  std::size_t ahead_bytes(std::size_t cap, std::size_t avail, const segment& seg, std::size_t size) const {
-    constexpr std::size_t map_ahead_share = 32;
+  // The free mapped bytes of `seg`: a walk of its blocks (a growth costs driver calls of at
+  // least 150 us).
+  static std::size_t free_mapped(const segment& seg) noexcept {
     std::size_t free = 0;
     for (const block* b = seg.head; b != nullptr; b = b->next) {
       if (b->state == block_state::free && !b->unmapped()) free += b->size;
     }
-    std::size_t budget = seg.mapped;  // M + share (size - F), when positive
-    if (size >= free) {
-      budget += map_ahead_share * (size - free);
-    } else if (budget > map_ahead_share * (free - size)) {
-      budget -= map_ahead_share * (free - size);
-    } else {
-      return 0;
-    }
-    const std::size_t m = budget / (map_ahead_share - 1) / granule_ * granule_;
-    return std::min(m, avail > margin(cap) ? (avail - margin(cap)) / granule_ * granule_ : 0);
+    return free;
   }
 
   // The end of the run of granules that share granule g's handle: of its chunk when mapped.
