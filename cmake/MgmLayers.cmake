@@ -78,7 +78,7 @@ else()
   target_link_libraries(mgm_topology PRIVATE pugixml::pugixml)
 endif()
 mgm_layer(sim SOURCES src/sim/device_list.cpp src/sim/machine.cpp src/sim/presets.cpp src/sim/graphs.cpp
-                      src/sim/oracle.cpp src/sim/seams.cpp src/sim/seams_vmm.cpp DEPS core topology)
+                      src/sim/oracle.cpp src/sim/seams.cpp src/sim/seams_vmm.cpp src/sim/allocators.cpp DEPS core topology)
 mgm_layer(pool SOURCES src/pool/pool_mutex.cpp src/pool/pool_options.cpp src/pool/pool_report.cpp src/pool/shared_block.cpp DEPS core)
 target_include_directories(mgm_pool SYSTEM PRIVATE ${MGM_NLOHMANN_JSON_INCLUDE})  # snapshots as JSON
 mgm_layer(adaptors SOURCES src/adaptors/adaptors.cpp DEPS core pool)
