@@ -68,26 +68,12 @@ using pool_fixtures = std::tuple<pool_fixture<sim_pool, plain_options>, pool_fix
 
 using mgm::test::log_capture;
 
-// The pool under test, judged: every hand-out is checked by the simulator's oracle, and the
-// test fails on the first unsafe reuse. `pool->` reaches the pool's other members.
-struct sim_setup {
-  mgm::sim::machine m;
-  sim_pool raw;
-  mgm::sim::judged<sim_pool> pool{m, raw};
-  explicit sim_setup(const char* devices = "1GiB", mgm::pool_options o = plain())
-      : m{mgm::sim::parse_device_list(devices)}, raw{m.allocator(device_id{0}), o} {}
-  ~sim_setup() { CHECK(m.hazards().empty()); }
-  sim_setup(const sim_setup&) = delete;
-  sim_setup& operator=(const sim_setup&) = delete;
-  std::size_t device_used() { return m.memory(device_id{0}).used_bytes; }
-};
-
 }  // namespace
 
 MGM_CONFORMANCE_SUITE("pool", pool_fixtures)
 
 TEST_CASE("pool: a small request takes a 2 MiB segment, and frees return to the cache", "[pool]") {
-  sim_setup s;
+  judged_setup s;
   void* a = s.pool.allocate(1000);
   auto st = s.pool->statistics();
   REQUIRE(st.allocated_bytes.current == 1024);
@@ -112,7 +98,7 @@ TEST_CASE("pool: a small request takes a 2 MiB segment, and frees return to the 
 }
 
 TEST_CASE("pool: the same size comes back from the cache, without upstream calls", "[pool]") {
-  sim_setup s;
+  judged_setup s;
   std::vector<std::size_t> sizes{256, 4 * KiB, 700 * KiB, 3 * MiB, 17 * MiB, 64 * MiB};
   std::vector<void*> first;
   for (auto n : sizes) first.push_back(s.pool.allocate(n));
@@ -130,7 +116,7 @@ TEST_CASE("pool: the same size comes back from the cache, without upstream calls
 }
 
 TEST_CASE("pool: segment sizes follow the size policy", "[pool]") {
-  sim_setup s;
+  judged_setup s;
   void* b = s.pool.allocate(12 * MiB + 1);  // 10 MiB and up: its own size rounded to 2 MiB
   REQUIRE(s.pool->statistics().reserved_bytes.current == 14 * MiB);
   void* a = s.pool.allocate(3 * MiB);  // large, below 10 MiB: a 20 MiB segment
@@ -154,7 +140,7 @@ TEST_CASE("pool: segment sizes follow the size policy", "[pool]") {
 TEST_CASE("pool: max_split_bytes keeps oversize blocks whole", "[pool]") {
   mgm::pool_options o = plain();
   o.max_split_bytes = 8 * MiB;
-  sim_setup s{"1GiB", o};
+  judged_setup s{"1GiB", o};
   void* big = s.pool.allocate(12 * MiB);
   s.pool.deallocate(big, 12 * MiB);
   void* small_request = s.pool.allocate(2 * MiB);  // must not eat the 12 MiB block
@@ -168,7 +154,7 @@ TEST_CASE("pool: max_split_bytes keeps oversize blocks whole", "[pool]") {
 }
 
 TEST_CASE("pool: a block freed on one stream is reused on another only after that stream's work", "[pool][streams]") {
-  sim_setup s;
+  judged_setup s;
   const device_id d{0};
   auto ops = s.m.streams();
   const auto s1 = s.m.create_stream(d);
@@ -213,7 +199,7 @@ TEST_CASE("pool: a block freed on one stream is reused on another only after tha
 }
 
 TEST_CASE("pool: release merges a segment cached by several streams", "[pool][streams]") {
-  sim_setup s;
+  judged_setup s;
   const device_id d{0};
   const auto s1 = s.m.create_stream(d);
   const auto s2 = s.m.create_stream(d);
@@ -228,7 +214,7 @@ TEST_CASE("pool: release merges a segment cached by several streams", "[pool][st
 }
 
 TEST_CASE("pool: record_stream holds a block until the other stream's work is done", "[pool][streams]") {
-  sim_setup s;
+  judged_setup s;
   const device_id d{0};
   const auto s1 = s.m.create_stream(d);
   const auto s2 = s.m.create_stream(d);
@@ -252,7 +238,7 @@ TEST_CASE("pool: record_stream holds a block until the other stream's work is do
 
 TEST_CASE("pool: during graph capture, a private pool, no event query, segments under the relaxed mode",
           "[pool][capture]") {
-  sim_setup s;
+  judged_setup s;
   const device_id d{0};
   const auto st = s.m.create_stream(d);
   const auto other = s.m.create_stream(d);
@@ -281,7 +267,7 @@ TEST_CASE("pool: during graph capture, a private pool, no event query, segments 
 }
 
 TEST_CASE("pool: captures share a named private pool", "[pool][capture]") {
-  sim_setup s;
+  judged_setup s;
   const device_id d{0};
   const auto st = s.m.create_stream(d);
   const auto shared = mgm::capture_pool_id::make();
@@ -319,98 +305,8 @@ TEST_CASE("pool: captures share a named private pool", "[pool][capture]") {
   s.pool->check_invariants();
 }
 
-TEST_CASE("pool: out of memory releases idle segments and retries", "[pool][oom]") {
-  sim_setup s{"64MiB"};
-  void* a = s.pool.allocate(30 * MiB);
-  void* b = s.pool.allocate(30 * MiB);
-  s.pool.deallocate(a, 30 * MiB);  // cached: the device has 4 MiB free
-  void* c = s.pool.allocate(32 * MiB);  // needs a's segment back from the cache
-  REQUIRE(c != nullptr);
-  auto st = s.pool->statistics();
-  REQUIRE(st.oom_retries == 1);
-  REQUIRE(st.upstream_frees == 1);
-  REQUIRE(st.ooms == 0);
-
-  SECTION("the handler may free memory and ask for one more try") {
-    int calls = 0;
-    s.pool->set_oom_handler([&](const mgm::oom_info& info) {
-      ++calls;
-      REQUIRE(info.requested_bytes == 40 * MiB);
-      REQUIRE(info.allocated_bytes == 62 * MiB);
-      REQUIRE(info.device_free_bytes == 2 * MiB);
-      s.pool.deallocate(c, 32 * MiB);
-      s.pool.deallocate(b, 30 * MiB);
-      b = nullptr;
-      return true;
-    });
-    void* d = s.pool.allocate(40 * MiB);
-    REQUIRE(calls == 1);
-    REQUIRE(s.pool->statistics().ooms == 0);
-    s.pool.deallocate(d, 40 * MiB);
-  }
-  SECTION("otherwise out_of_memory carries the figures, and the pool stays usable") {
-    try {
-      (void)s.pool.allocate(40 * MiB);
-      FAIL("no exception");
-    } catch (const mgm::out_of_memory& e) {
-      const std::string what = e.what();
-      INFO(what);
-      REQUIRE(e.requested_bytes() == 40 * MiB);
-      REQUIRE(what.find("device 0") != std::string::npos);
-      REQUIRE(what.find("40.00 MiB (41943040 bytes)") != std::string::npos);
-      REQUIRE(what.find("62.00 MiB allocated") != std::string::npos);
-      REQUIRE(what.find("62.00 MiB reserved") != std::string::npos);
-      REQUIRE(what.find("the device has 2.00 MiB free") != std::string::npos);
-    }
-    REQUIRE(s.pool->statistics().ooms == 1);
-    s.pool.deallocate(c, 32 * MiB);
-  }
-  void* small = s.pool.allocate(1 * MiB);
-  s.pool.deallocate(small, 1 * MiB);
-  if (b != nullptr) s.pool.deallocate(b, 30 * MiB);
-  s.pool->release();
-  REQUIRE(s.device_used() == 0);
-}
-
-TEST_CASE("pool: a fragmented cache is named, with max_split_bytes suggested", "[pool][oom]") {
-  sim_setup s{"48MiB"};
-  void* whole = s.pool.allocate(40 * MiB);
-  s.pool.deallocate(whole, 40 * MiB);
-  std::vector<void*> pieces;
-  for (int i = 0; i < 20; ++i) pieces.push_back(s.pool.allocate(2 * MiB));  // carve the 40 MiB
-  for (std::size_t i = 0; i < pieces.size(); i += 2) s.pool.deallocate(pieces[i], 2 * MiB);
-  REQUIRE(s.pool->statistics().inactive_split_bytes.current == 20 * MiB);
-  REQUIRE_THROWS_WITH(s.pool.allocate(12 * MiB),
-                      Catch::Contains("fragmented") && Catch::Contains("max_split_size_mb:6") &&
-                          Catch::Contains("largest free block 2.00 MiB"));
-  for (std::size_t i = 1; i < pieces.size(); i += 2) s.pool.deallocate(pieces[i], 2 * MiB);
-  REQUIRE(s.pool->statistics().inactive_split_bytes.current == 0);
-  void* fits = s.pool.allocate(12 * MiB);  // coalesced again
-  s.pool.deallocate(fits, 12 * MiB);
-}
-
-TEST_CASE("pool: a fragmented expandable cache is named, with a smaller map_chunk suggested", "[pool][oom]") {
-  mgm::pool_options o;  // expandable segments (the simulator has virtual memory)
-  sim_setup s{"16GiB", o};  // chunks of at most 1/512 of the device: 32 MiB
-  REQUIRE(s.pool->expandable());
-  void* whole = s.pool.allocate(40 * MiB);  // one growth: chunks of 32 and 8 MiB
-  REQUIRE(s.pool->reserved_bytes() == 40 * MiB);
-  s.pool->set_limits({40 * MiB, 0});  // and no more
-  s.pool.deallocate(whole, 40 * MiB);
-  std::vector<void*> pieces;
-  for (int i = 0; i < 20; ++i) pieces.push_back(s.pool.allocate(2 * MiB));  // carve the 40 MiB
-  for (std::size_t i = 0; i < pieces.size(); i += 2) s.pool.deallocate(pieces[i], 2 * MiB);
-  // 20 MiB idle, but in granules of chunks that live pieces share: nothing can be unmapped.
-  REQUIRE_THROWS_WITH(s.pool.allocate(12 * MiB), Catch::Contains("fragmented") && Catch::Contains("map_chunk:2MiB") &&
-                                                     !Catch::Contains("max_split") &&
-                                                     Catch::Contains("reserve at most 40.00 MiB"));
-  for (std::size_t i = 1; i < pieces.size(); i += 2) s.pool.deallocate(pieces[i], 2 * MiB);
-  void* fits = s.pool.allocate(12 * MiB);  // coalesced again
-  s.pool.deallocate(fits, 12 * MiB);
-}
-
 TEST_CASE("pool: bad input is reported and changes nothing", "[pool]") {
-  sim_setup s;
+  judged_setup s;
   log_capture log;
   void* p = s.pool.allocate(4096);
   int local = 0;
@@ -430,7 +326,7 @@ TEST_CASE("pool: bad input is reported and changes nothing", "[pool]") {
 TEST_CASE("pool: a release threshold bounds reserved memory", "[pool]") {
   mgm::pool_options o = plain();
   o.release_threshold_bytes = 24 * MiB;
-  sim_setup s{"1GiB", o};
+  judged_setup s{"1GiB", o};
   void* a = s.pool.allocate(20 * MiB);
   void* b = s.pool.allocate(20 * MiB);
   s.pool.deallocate(a, 20 * MiB);
@@ -455,7 +351,7 @@ TEST_CASE("pool: the destructor returns everything, even leaked blocks", "[pool]
 }
 
 TEST_CASE("pool: snapshots list every segment and block, with tags", "[pool][snapshot]") {
-  sim_setup s;
+  judged_setup s;
   void* a = nullptr;
   {
     mgm::tag_scope tag{"layer3.fc"};
@@ -485,7 +381,7 @@ TEST_CASE("pool: snapshots list every segment and block, with tags", "[pool][sna
 }
 
 TEST_CASE("pool: snapshot JSON is valid whatever the tag holds", "[pool][snapshot]") {
-  sim_setup s;
+  judged_setup s;
   void* a = nullptr;
   {
     mgm::tag_scope tag{"say \"hi\"\n\tback\\slash \xff"};  // quotes, controls, a byte that is not UTF-8

@@ -1,5 +1,5 @@
 // What the caching pool's tests over the simulator share (pool_test.cpp, pool_hazard_test.cpp,
-// pool_deferred_test.cpp, interop_test.cpp): sizes, the pool type, plain-segment options, and a
+// pool_deferred_test.cpp, pool_oom_test.cpp, interop_test.cpp): sizes, the pool type, plain-segment options, and a
 // pool under the judge in record mode.
 #pragma once
 
@@ -35,6 +35,20 @@ struct judged_pool {
     for (const auto& h : hazards) UNSCOPED_INFO(mgm::sim::name(h.kind) << ": " << h.message);
     REQUIRE(hazards.empty());
   }
+};
+
+/// The pool under test, judged: every hand-out is checked by the simulator's oracle, and the
+/// test fails on the first unsafe reuse. `pool->` reaches the pool's other members.
+struct judged_setup {
+  mgm::sim::machine m;
+  sim_pool raw;
+  mgm::sim::judged<sim_pool> pool{m, raw};
+  explicit judged_setup(const char* devices = "1GiB", mgm::pool_options o = plain())
+      : m{mgm::sim::parse_device_list(devices)}, raw{m.allocator(mgm::device_id{0}), o} {}
+  ~judged_setup() { CHECK(m.hazards().empty()); }
+  judged_setup(const judged_setup&) = delete;
+  judged_setup& operator=(const judged_setup&) = delete;
+  std::size_t device_used() { return m.memory(mgm::device_id{0}).used_bytes; }
 };
 
 }  // namespace pool_test
