@@ -136,7 +136,7 @@ class expandable_source {
 
   /// Serves a miss from `slot`'s ranges: maps the granules the request needs (after a free
   /// neighbour below, if any) without the lock, reserving a new range when none has room, and
-  /// maps ahead unless `minimal`. `budget()` gives the pool's limits (`growth_budget`), asked
+  /// maps ahead (near full: pads) unless `minimal`. `budget()` gives the pool's limits (`growth_budget`), asked
   /// under the lock: the growth maps at most its room. Returns the block out of every index, or
   /// nullptr when the device is out of memory or the request needs more than the room (nothing
   /// changed but perhaps a new reserved range). When it throws, nothing changed either.

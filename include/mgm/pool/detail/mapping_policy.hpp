@@ -9,7 +9,7 @@
 namespace mgm::detail {
 
 /// Sizes in bytes; `cap` is what the pool may hold (the device, or less under its limits) and
-/// `avail` what a growth may map now. Every result is whole granules.
+/// `avail` what a growth may map now. Every byte count it gives to map is whole granules.
 struct mapping_policy {
   std::size_t granule;
 
