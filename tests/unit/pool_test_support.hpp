@@ -1,6 +1,7 @@
 // What the caching pool's tests over the simulator share (pool_test.cpp, pool_hazard_test.cpp,
-// pool_deferred_test.cpp, pool_oom_test.cpp, interop_test.cpp): sizes, the pool type, plain-segment options, and a
-// pool under the judge in record mode (`judged_pool`) or the machine's default mode (`judged_setup`).
+// pool_deferred_test.cpp, pool_oom_test.cpp, interop_test.cpp): sizes, the pool type,
+// plain-segment options, and a pool under the judge in record mode (`judged_pool`) or in the
+// machine's default mode (`judged_setup`).
 #pragma once
 
 #include <mgm/pool/caching_pool.hpp>
