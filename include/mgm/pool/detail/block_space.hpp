@@ -43,6 +43,9 @@ class block_space {
   std::size_t pending{0};        ///< freed blocks waiting on events (record_stream, captures)
   std::size_t growing{0};        ///< bytes being mapped or allocated without the lock (not yet reserved)
 
+  /// What `free` bytes of the device leave once the growths under way have taken theirs.
+  [[nodiscard]] std::size_t unclaimed(std::size_t free) const noexcept { return free > growing ? free - growing : 0; }
+
   [[nodiscard]] const pool_options& options() const noexcept { return options_; }
 
   /// Puts a free block into its owner's index, merged with free neighbours of the same owner.

@@ -440,8 +440,7 @@ class expandable_source {
   // what other growths are mapping meanwhile.
   static std::size_t available(const Upstream& upstream, const block_space<Statistics>& space, std::size_t room) {
     if constexpr (requires(const Upstream& up) { up.free_bytes(); }) {
-      const std::size_t free = upstream.free_bytes();
-      return std::min(room, free > space.growing ? free - space.growing : 0);
+      return std::min(room, space.unclaimed(upstream.free_bytes()));
     } else {
       (void)upstream, (void)space;
       return room;

@@ -152,8 +152,7 @@ struct pool_slow_paths {
     using U = typename Pool::upstream_type;
     if constexpr (requires(const U& u) { { u.free_bytes() } -> std::convertible_to<std::size_t>; }) {
       if (l.keep_free_bytes != 0) {
-        std::size_t free = p.upstream_.free_bytes();
-        free = free > p.space_.growing ? free - p.space_.growing : 0;
+        const std::size_t free = p.space_.unclaimed(p.upstream_.free_bytes());
         b.room = std::min(b.room, free > l.keep_free_bytes ? free - l.keep_free_bytes : 0);
         if constexpr (requires(const U& u) { { u.total_bytes() } -> std::convertible_to<std::size_t>; }) {
           const std::size_t total = p.upstream_.total_bytes();
