@@ -115,6 +115,9 @@ mgm_layer(
           src/trace/replay_parallel.cpp src/trace/targets.cpp src/trace/trace_reader.cpp
   DEPS core allocators sim pool adaptors)
 target_include_directories(mgm_trace SYSTEM PRIVATE ${MGM_NLOHMANN_JSON_INCLUDE})
+# Each of these includes CUB with the CUDA runtime's calls redirected by macros: compiled on its own,
+# never beside other files in a unity build.
+set_source_files_properties(src/trace/cub_device_target.cpp src/trace/cub_target.cpp PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
 # The trace generator: its own target, which nothing of the library links (the benchmarks do).
 mgm_layer(tracegen SOURCES src/trace/generator.cpp src/trace/generator_cnn.cpp src/trace/generator_bert.cpp src/trace/generator_gpt.cpp
                            src/trace/generator_tables.cpp DEPS core trace)

@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace mgm_test {
@@ -21,6 +23,14 @@ inline std::filesystem::path shared_data(const std::string& sub) {
     return {};
   }
   return path;
+}
+
+/// @brief The bytes of the file at `p` (empty when it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in{p, std::ios::binary};
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 }  // namespace mgm_test

@@ -1,18 +1,15 @@
 // Partitioning over a cluster: nodes first, then each node's GPUs (see cluster.hpp).
 #include <mgm/partition/cluster.hpp>
 
+#include "plan_shape.hpp"
+
 #include <algorithm>
 #include <limits>
 
 namespace mgm {
 
-namespace {
-
-constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
-
-std::size_t saturating_add(std::size_t a, std::size_t b) { return b > unlimited - a ? unlimited : a + b; }
-
-}  // namespace
+using detail::saturating_add;
+using detail::unlimited;
 
 cluster_plan partition_cluster(const partition_request& r, const std::vector<cluster_node>& nodes) {
   if (nodes.empty()) throw logic_error{"partition_cluster: no nodes"};

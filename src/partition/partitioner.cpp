@@ -13,8 +13,8 @@
 namespace mgm {
 namespace {
 
-constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
-
+using detail::saturating_add;
+using detail::unlimited;
 
 // Largest-remainder apportionment of `units` by `weights`, with iterative capping at `caps` and
 // raising to `mins` (all in units). Deterministic: ties go to the lower index.
@@ -147,7 +147,7 @@ partition_plan partition(const partition_request& r, const topology* links) {
     MGM_EXPECTS(d.throughput > 0 && std::isfinite(d.throughput), "partition: device " + std::to_string(i) + " needs a positive throughput");
     MGM_EXPECTS(d.weight > 0 && std::isfinite(d.weight), "partition: device " + std::to_string(i) + " needs a positive weight");
     plan.capacity[i] = partition_capacity(d, r.bytes_per_item);
-    total_capacity = plan.capacity[i] > unlimited - total_capacity ? unlimited : total_capacity + plan.capacity[i];
+    total_capacity = saturating_add(total_capacity, plan.capacity[i]);
     total_min += d.min_items;
     if (d.min_items > plan.capacity[i]) {
       short_by[i] = d.min_items - plan.capacity[i];
@@ -207,7 +207,7 @@ partition_plan partition(const partition_request& r, const topology* links) {
     }
   }
   std::size_t unit_total = 0;
-  for (const auto c : unit_caps) unit_total = c > unlimited - unit_total ? unlimited : unit_total + c;
+  for (const auto c : unit_caps) unit_total = saturating_add(unit_total, c);
   MGM_EXPECTS(unit_total >= units || g > 1, "partition: internal capacity error");
   if (unit_total < units) {
     throw partition_error{"partition: in units of " + std::to_string(g) + " items the devices hold " +

@@ -6,9 +6,16 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <vector>
 
 namespace mgm::detail {
+
+/// A capacity with no bound: what a device holds when an item needs no memory.
+inline constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+
+/// `a + b`, or `unlimited` where the sum would wrap.
+constexpr std::size_t saturating_add(std::size_t a, std::size_t b) { return b > unlimited - a ? unlimited : a + b; }
 
 /// `max(count / throughput)`: the time the slowest device needs.
 inline double makespan_of(const std::vector<std::size_t>& counts, const std::vector<partition_device>& d) {

@@ -20,28 +20,28 @@ namespace {
 
 using detail::trim;
 
-enum class metric : std::uint8_t { none, clock_sm, clock_mem, temperature, memory_used, power_draw, load_gpu, load_mem };
+enum class gpuz_metric : std::uint8_t { none, clock_sm, clock_mem, temperature, memory_used, power_draw, load_gpu, load_mem };
 
 struct gpuz_alias {
   std::string_view name;  // lower case, without the `[unit]`
-  metric target;
+  gpuz_metric target;
 };
 
 constexpr std::array gpuz_aliases{
-    gpuz_alias{"gpu clock", metric::clock_sm},
-    gpuz_alias{"gpu core clock", metric::clock_sm},
-    gpuz_alias{"memory clock", metric::clock_mem},
-    gpuz_alias{"gpu memory clock", metric::clock_mem},
-    gpuz_alias{"gpu temperature", metric::temperature},
-    gpuz_alias{"memory used", metric::memory_used},
-    gpuz_alias{"memory used (dedicated)", metric::memory_used},
-    gpuz_alias{"memory usage (dedicated)", metric::memory_used},
-    gpuz_alias{"board power draw", metric::power_draw},
-    gpuz_alias{"gpu load", metric::load_gpu},
-    gpuz_alias{"memory controller load", metric::load_mem},
+    gpuz_alias{"gpu clock", gpuz_metric::clock_sm},
+    gpuz_alias{"gpu core clock", gpuz_metric::clock_sm},
+    gpuz_alias{"memory clock", gpuz_metric::clock_mem},
+    gpuz_alias{"gpu memory clock", gpuz_metric::clock_mem},
+    gpuz_alias{"gpu temperature", gpuz_metric::temperature},
+    gpuz_alias{"memory used", gpuz_metric::memory_used},
+    gpuz_alias{"memory used (dedicated)", gpuz_metric::memory_used},
+    gpuz_alias{"memory usage (dedicated)", gpuz_metric::memory_used},
+    gpuz_alias{"board power draw", gpuz_metric::power_draw},
+    gpuz_alias{"gpu load", gpuz_metric::load_gpu},
+    gpuz_alias{"memory controller load", gpuz_metric::load_mem},
 };
 
-constexpr std::size_t metric_count = 8;
+constexpr std::size_t gpuz_metric_count = 8;
 
 // Windows-1252's 0x80..0x9F; the rest of 0xA0..0xFF is Latin-1.
 constexpr std::array<char16_t, 32> cp1252_high{
@@ -97,13 +97,13 @@ std::string to_utf8(std::string_view s) {
 }
 
 // The comma-separated fields without the empty one after the trailing " ,".
-std::vector<std::string_view> split_fields(std::string_view line) {
+std::vector<std::string_view> gpuz_fields(std::string_view line) {
   auto out = detail::split_fields(line);
   if (out.size() > 1 && out.back().empty()) out.pop_back();
   return out;
 }
 
-bool is_header(const std::vector<std::string_view>& fields) {
+bool is_gpuz_header(const std::vector<std::string_view>& fields) {
   if (fields.size() < 2) return false;
   const auto first = fields.front();
   return first.size() == 4 && std::tolower(static_cast<unsigned char>(first[0])) == 'd' &&
@@ -114,11 +114,11 @@ bool is_header(const std::vector<std::string_view>& fields) {
 
 struct gpuz_layout {
   std::vector<std::string> names;                  // UTF-8, as in the header
-  std::array<std::size_t, metric_count> column{};  // 0: absent (column 0 is the date)
+  std::array<std::size_t, gpuz_metric_count> column{};  // 0: absent (column 0 is the date)
   std::size_t line{0};
 };
 
-gpuz_layout make_layout(const std::vector<std::string_view>& fields, std::size_t line) {
+gpuz_layout layout_of(const std::vector<std::string_view>& fields, std::size_t line) {
   gpuz_layout l;
   l.line = line;
   for (std::size_t i = 0; i < fields.size(); ++i) {
@@ -129,8 +129,8 @@ gpuz_layout make_layout(const std::vector<std::string_view>& fields, std::size_t
     std::string key;
     for (const char c : base) key.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
     for (const auto& a : gpuz_aliases) {
-      auto& slot = l.column[static_cast<std::size_t>(a.target)];
-      if (a.name == key && slot == 0) slot = i;  // a repeated name keeps its first column
+      auto& first = l.column[static_cast<std::size_t>(a.target)];
+      if (a.name == key && first == 0) first = i;  // a repeated name keeps its first column
     }
   }
   return l;
@@ -157,9 +157,9 @@ gpu_log read_gpuz_log(std::string_view text, const log_read_options& options) {
 
   for (const auto& line : detail::split_log_lines(text)) {
     if (trim(line.text).empty()) continue;
-    const auto fields = split_fields(line.text);
-    if (is_header(fields)) {
-      current = make_layout(fields, line.number);
+    const auto fields = gpuz_fields(line.text);
+    if (is_gpuz_header(fields)) {
+      current = layout_of(fields, line.number);
       any_header = true;
       continue;
     }
@@ -183,10 +183,10 @@ gpu_log read_gpuz_log(std::string_view text, const log_read_options& options) {
       issue(line, column_of(0), "'" + std::string{fields[0]} + "' is not a date (YYYY-MM-DD HH:MM:SS)");
       continue;
     }
-    std::array<std::optional<double>, metric_count> values{};
+    std::array<std::optional<double>, gpuz_metric_count> values{};
     std::optional<std::string> error;
     std::size_t error_column = 0;
-    for (std::size_t m = 1; m < metric_count && !error; ++m) {
+    for (std::size_t m = 1; m < gpuz_metric_count && !error; ++m) {
       const std::size_t c = l.column[m];
       if (c == 0) continue;
       const auto v = fields[c];
@@ -203,8 +203,8 @@ gpu_log read_gpuz_log(std::string_view text, const log_read_options& options) {
       issue(line, error_column, std::move(*error));
       continue;
     }
-    const auto get = [&](metric m) { return values[static_cast<std::size_t>(m)]; };
-    const auto whole = [&](metric m) -> std::optional<unsigned> {
+    const auto get = [&](gpuz_metric m) { return values[static_cast<std::size_t>(m)]; };
+    const auto whole = [&](gpuz_metric m) -> std::optional<unsigned> {
       const auto v = get(m);
       if (!v) return std::nullopt;  // at most 1e9: checked above
       return static_cast<unsigned>(std::lround(*v));
@@ -213,15 +213,15 @@ gpu_log read_gpuz_log(std::string_view text, const log_read_options& options) {
     s.time = *time;
     s.index = 0;
     s.name = name;
-    s.clock_sm_mhz = whole(metric::clock_sm);
-    s.clock_mem_mhz = whole(metric::clock_mem);
-    s.temperature_c = get(metric::temperature);
-    if (const auto mb = get(metric::memory_used)) {
+    s.clock_sm_mhz = whole(gpuz_metric::clock_sm);
+    s.clock_mem_mhz = whole(gpuz_metric::clock_mem);
+    s.temperature_c = get(gpuz_metric::temperature);
+    if (const auto mb = get(gpuz_metric::memory_used)) {
       s.memory_used = static_cast<std::uint64_t>(std::llround(*mb * 1024.0 * 1024.0));  // GPU-Z's MB are MiB
     }
-    s.power_draw_w = get(metric::power_draw);
-    s.utilization_gpu_pct = whole(metric::load_gpu);
-    s.utilization_mem_pct = whole(metric::load_mem);
+    s.power_draw_w = get(gpuz_metric::power_draw);
+    s.utilization_gpu_pct = whole(gpuz_metric::load_gpu);
+    s.utilization_mem_pct = whole(gpuz_metric::load_mem);
     log.samples.push_back(std::move(s));
   }
   if (!any_header) fail_gpuz(1, 0, "no header line (a first field 'Date'): not a GPU-Z sensor log");

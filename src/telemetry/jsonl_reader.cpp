@@ -28,7 +28,7 @@ struct bad_value {
   std::string message;
 };
 
-const nlohmann::json* member(const nlohmann::json& j, const char* name) {
+const nlohmann::json* present_member(const nlohmann::json& j, const char* name) {
   const auto it = j.find(name);
   return it == j.end() || it->is_null() ? nullptr : &*it;
 }
@@ -41,7 +41,7 @@ double number_of(const nlohmann::json& j, const char* name) {
 }
 
 std::optional<double> get_double(const nlohmann::json& j, const char* name) {
-  const auto* v = member(j, name);
+  const auto* v = present_member(j, name);
   if (v == nullptr) return std::nullopt;
   return number_of(*v, name);
 }
@@ -66,7 +66,7 @@ std::optional<std::uint64_t> get_memory(const nlohmann::json& j, const char* nam
 // A name with its unit (`memory.used_mib`), or the name that logs written before it used
 // (`memory.used`): old JSON lines files read as they did.
 const char* either(const nlohmann::json& j, const char* name, const char* older) {
-  return member(j, name) != nullptr ? name : older;
+  return present_member(j, name) != nullptr ? name : older;
 }
 std::optional<double> get_double(const nlohmann::json& j, const char* name, const char* older) {
   return get_double(j, either(j, name, older));
@@ -79,7 +79,7 @@ std::optional<std::uint64_t> get_memory(const nlohmann::json& j, const char* nam
 }
 
 std::string get_string(const nlohmann::json& j, const char* name) {
-  const auto* v = member(j, name);
+  const auto* v = present_member(j, name);
   if (v == nullptr) return {};
   if (!v->is_string()) throw bad_value{std::string{name} + ": not a string"};
   return v->get<std::string>();
@@ -88,7 +88,7 @@ std::string get_string(const nlohmann::json& j, const char* name) {
 device_sample sample_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw bad_value{"not a JSON object"};
   device_sample s;
-  const auto* t = member(j, key::timestamp);
+  const auto* t = present_member(j, key::timestamp);
   if (t == nullptr) throw bad_value{"no timestamp"};
   if (t->is_string()) {
     const auto time = parse_log_time(t->get<std::string>());
@@ -99,12 +99,12 @@ device_sample sample_from_json(const nlohmann::json& j) {
     if (std::fabs(seconds) > 9e9) throw bad_value{"timestamp: out of range"};
     s.time = clock::time_point{std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>{seconds})};
   }
-  if (const auto* i = member(j, key::index)) {
+  if (const auto* i = present_member(j, key::index)) {
     const double v = number_of(*i, key::index);
     if (v < 0 || v > std::numeric_limits<int>::max() || v != std::floor(v)) throw bad_value{"index: not a GPU index"};
     s.index = static_cast<int>(v);
   }
-  if (const auto* o = member(j, key::cuda_ordinal)) {
+  if (const auto* o = present_member(j, key::cuda_ordinal)) {
     const double v = number_of(*o, key::cuda_ordinal);
     if (v < 0 || v > std::numeric_limits<int>::max()) throw bad_value{"mgm.cuda_ordinal: out of range"};
     s.cuda_ordinal = static_cast<int>(v);
@@ -133,7 +133,7 @@ device_sample sample_from_json(const nlohmann::json& j) {
   }
   s.pool_allocated = get_memory(j, key::pool_allocated, "mgm.pool.allocated");
   s.pool_reserved = get_memory(j, key::pool_reserved, "mgm.pool.reserved");
-  if (const auto* ps = member(j, key::processes)) {
+  if (const auto* ps = present_member(j, key::processes)) {
     if (!ps->is_array()) throw bad_value{"processes: not an array"};
     for (const auto& p : *ps) {
       if (!p.is_object()) throw bad_value{"processes: an element is not an object"};
@@ -146,7 +146,7 @@ device_sample sample_from_json(const nlohmann::json& j) {
       s.processes.push_back(std::move(ps_sample));
     }
   }
-  if (const auto* m = member(j, key::missing)) {
+  if (const auto* m = present_member(j, key::missing)) {
     if (!m->is_array()) throw bad_value{"missing: not an array"};
     for (const auto& reason : *m) {
       if (!reason.is_string()) throw bad_value{"missing: an element is not a string"};

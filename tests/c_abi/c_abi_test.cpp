@@ -4,6 +4,8 @@
 #include <mgm/c/multigpumem.h>
 #include <mgm/error.hpp>
 
+#include "sizes.hpp"
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -23,9 +25,6 @@
 #include <vector>
 
 namespace {
-
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t GiB = std::size_t{1} << 30;
 
 // The library's functions, by name, as PyTorch and ctypes find them.
 struct c_abi {

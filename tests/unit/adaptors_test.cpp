@@ -1,5 +1,6 @@
 // The adaptors: conformance over the simulated device, and what each one is for.
 #include "conformance.hpp"
+#include "sizes.hpp"
 
 #include <mgm/adaptors/fault_injection_adaptor.hpp>
 #include <mgm/adaptors/limiting_adaptor.hpp>
@@ -23,8 +24,6 @@
 using mgm::device_id;
 
 namespace {
-
-constexpr std::size_t MiB = std::size_t{1} << 20;
 using sim_alloc = mgm::sim::device_allocator;
 
 std::ostringstream& log_sink() {

@@ -5,14 +5,13 @@
 #include <mgm/trace/replay.hpp>
 
 #include "trace_pairing.hpp"
+#include "sizes.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <string>
 
 namespace {
-
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 mgm::training_options gpt_options(std::size_t batch, std::size_t seq, mgm::training_dtype dtype, std::size_t iterations,
                                   bool persistent = true) {

@@ -210,13 +210,13 @@ TEST_CASE("generator: sizes scale with the batch and the dtype", "[generator]") 
   REQUIRE(ratio(b64.peak_bytes, b32.peak_bytes) == Approx(2.0).epsilon(0.05));
   REQUIRE(ratio(b32.peak_bytes, b16.peak_bytes) == Approx(2.0).epsilon(0.05));
   // model.half(): everything half as big (the 512-B minimum and the fp32 BN statistics aside).
-  const auto half = stats(32, mgm::training_dtype::fp16, false);
-  REQUIRE(ratio(half.allocated_bytes, b32.allocated_bytes) == Approx(0.5).epsilon(0.03));
-  REQUIRE(ratio(half.peak_bytes, b32.peak_bytes) == Approx(0.5).epsilon(0.03));
+  const auto fp16 = stats(32, mgm::training_dtype::fp16, false);
+  REQUIRE(ratio(fp16.allocated_bytes, b32.allocated_bytes) == Approx(0.5).epsilon(0.03));
+  REQUIRE(ratio(fp16.peak_bytes, b32.peak_bytes) == Approx(0.5).epsilon(0.03));
   // AMP: half activations plus the per-step weight casts and fp32 gradient copies.
   const auto amp = stats(32, mgm::training_dtype::bf16, true);
-  REQUIRE(amp.allocations > half.allocations);
-  REQUIRE(amp.allocated_bytes > half.allocated_bytes);
+  REQUIRE(amp.allocations > fp16.allocations);
+  REQUIRE(amp.allocated_bytes > fp16.allocated_bytes);
   REQUIRE(amp.allocated_bytes < b32.allocated_bytes);
   REQUIRE_THROWS_AS(mgm::parse_training_dtype("fp8"), mgm::logic_error);
   REQUIRE(mgm::bytes_per_element(mgm::parse_training_dtype("bf16")) == 2);

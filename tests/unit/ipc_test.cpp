@@ -9,6 +9,7 @@
 #include <mgm/sim/machine.hpp>
 
 #include "test_artifacts.hpp"
+#include "sizes.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -31,8 +32,6 @@ extern char** environ;
 using mgm::device_id;
 
 namespace {
-
-constexpr std::size_t MiB = std::size_t{1} << 20;
 const mgm::stream_ref default_stream{};
 
 mgm::pool_options small_chunks() {

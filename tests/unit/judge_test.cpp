@@ -5,6 +5,7 @@
 #include <mgm/sim/machine.hpp>
 
 #include "log_capture.hpp"
+#include "sizes.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -19,9 +20,6 @@ using mgm::sim::hazard_kind;
 using namespace std::chrono_literals;
 
 namespace {
-
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // Test-only and unsafe on purpose: a freed block is reused at once by the next request of its
 // size, whatever stream freed it and whatever work may still use it. No event, no wait.

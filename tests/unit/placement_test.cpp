@@ -7,6 +7,7 @@
 #include <mgm/sim/machine.hpp>
 
 #include "shared_data.hpp"
+#include "sizes.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -19,10 +20,9 @@
 #include <sstream>
 
 using mgm::device_id;
+using mgm_test::slurp;
 
 namespace {
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t GiB = std::size_t{1} << 30;
 
 mgm::placement_request full_reader(const mgm::topology& t, device_id reader, std::size_t bytes) {
   mgm::placement_request r;
@@ -37,13 +37,6 @@ std::vector<std::string> where(const std::vector<mgm::placement_candidate>& c) {
   std::vector<std::string> out;
   for (const auto& x : c) out.push_back(x.where.to_string());
   return out;
-}
-
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in{p};
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 }  // namespace
 

@@ -1,5 +1,7 @@
 // The caching pool's expandable segments over the simulated machine's virtual memory: mapped
 // memory within the device, release, stream-ordered unmapping, peer access and growth.
+#include "sizes.hpp"
+
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/pool/detail/mapping_policy.hpp>
 #include <mgm/sim/judged.hpp>
@@ -17,7 +19,6 @@ using mgm::device_id;
 using namespace std::chrono_literals;
 
 namespace {
-constexpr std::size_t MiB = std::size_t{1} << 20;
 using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
 }  // namespace
 

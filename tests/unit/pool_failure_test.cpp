@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "counting_new.hpp"
+#include "sizes.hpp"
 
 using mgm_test::arm_guard;
 using mgm_test::armed_allocations;
@@ -34,8 +35,6 @@ using mgm::device_id;
 using namespace std::chrono_literals;
 using faulty = mgm::fault_injection_adaptor<mgm::sim::device_allocator>;
 using pool_type = mgm::caching_pool<faulty>;
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 struct live_block {
   std::size_t bytes;

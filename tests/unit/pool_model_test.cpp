@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "counting_new.hpp"
+#include "sizes.hpp"
 
 namespace model_test {
 
@@ -67,8 +68,6 @@ std::uint64_t operations_run = 0;
 using mgm::device_id;
 using namespace std::chrono_literals;
 using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 struct live_block {
   void* p;

@@ -1,5 +1,7 @@
 // Random-trace property tests of the caching pool against the test's own record of live blocks,
 // and many threads on one pool and on several (run under ThreadSanitizer by the tsan preset).
+#include "sizes.hpp"
+
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/pool/multi_device_pool.hpp>
 #include <mgm/sim/judged.hpp>
@@ -24,8 +26,6 @@ using mgm::device_id;
 using namespace std::chrono_literals;
 
 namespace {
-
-constexpr std::size_t MiB = std::size_t{1} << 20;
 using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
 
 struct live_block {

@@ -8,14 +8,13 @@
 #include <mgm/sim/judged.hpp>
 #include <mgm/sim/machine.hpp>
 
+#include "sizes.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cstddef>
 
 namespace pool_test {
-
-inline constexpr std::size_t KiB = std::size_t{1} << 10;
-inline constexpr std::size_t MiB = std::size_t{1} << 20;
 using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
 
 /// Plain `cudaMalloc`-style segments only (expandable segments are on by default on the simulator).

@@ -1,5 +1,7 @@
 // The rebalancer against brute force (routes, the fewest moves), under generated noise, cooldowns,
 // lost GPUs and failed readings; its driver over the simulator's telemetry.
+#include "sizes.hpp"
+
 #include <mgm/partition/rebalance_driver.hpp>
 #include <mgm/partition/rebalancer.hpp>
 #include <mgm/sim/machine.hpp>
@@ -19,9 +21,6 @@
 #include <thread>
 
 namespace {
-
-constexpr std::size_t GiB = std::size_t{1} << 30;
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // Four GPUs: two NVLink pairs, PCIe peers within a socket, SYS across.
 mgm::topology four_gpus() {

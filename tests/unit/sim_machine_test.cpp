@@ -3,6 +3,7 @@
 #include <mgm/log.hpp>
 
 #include "log_capture.hpp"
+#include "sizes.hpp"
 #include <mgm/sim/machine.hpp>
 
 #include <catch2/catch.hpp>
@@ -18,8 +19,6 @@ using mgm::device_id;
 using namespace std::chrono_literals;
 
 namespace {
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t GiB = std::size_t{1} << 30;
 
 // Captures what the library reports through its log callback during one test.
 using mgm::test::log_capture;

@@ -1,4 +1,6 @@
 // The simulated machine's seams: streams and events on virtual clocks, virtual memory, peers.
+#include "sizes.hpp"
+
 #include <mgm/error.hpp>
 #include <mgm/sim/machine.hpp>
 
@@ -12,7 +14,6 @@ using mgm::device_id;
 using namespace std::chrono_literals;
 
 namespace {
-constexpr std::size_t MiB = std::size_t{1} << 20;
 }
 
 TEST_CASE("an event completes when its device's clock passes the work", "[sim][streams]") {

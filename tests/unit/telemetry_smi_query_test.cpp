@@ -6,6 +6,7 @@
 
 #include "data/smi_q_2x_a100_80gb_m4logs.hpp"
 #include "shared_data.hpp"
+#include "telemetry_test_support.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -16,30 +17,10 @@
 #include <string>
 #include <vector>
 
-using namespace mgm::telemetry;
+using namespace telemetry_test;
+using mgm_test::slurp;
 
 namespace {
-
-constexpr std::uint64_t mib = 1024 * 1024;
-
-clock::time_point utc(const char* text) {
-  const auto t = parse_log_time(text);
-  REQUIRE(t.has_value());
-  return *t;
-}
-
-log_read_options strict() {
-  log_read_options o;
-  o.strict = true;
-  return o;
-}
-
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in{p, std::ios::binary};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // `text` with the first `from` replaced by `to`; fails the test when `from` is not there, so that
 // a log built from a real sample is known to differ from it where the test says.

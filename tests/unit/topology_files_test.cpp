@@ -19,6 +19,8 @@
 
 using mgm::device_id;
 
+using mgm_test::slurp;
+
 namespace {
 
 struct expected {
@@ -59,13 +61,6 @@ const std::vector<expected>& files() {
        "0-23,48-71"},
   };
   return all;
-}
-
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in{p, std::ios::binary};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 }  // namespace

@@ -17,14 +17,9 @@
 
 using mgm::device_id;
 
-namespace {
+using mgm_test::slurp;
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in{p, std::ios::binary};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+namespace {
 
 // Tabs as `expand -t 8` turns them into spaces.
 std::string expand_tabs(const std::string& text) {

@@ -6,6 +6,7 @@
 #include <mgm/trace/trace.hpp>
 
 #include "shared_data.hpp"
+#include "sizes.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -16,8 +17,6 @@
 #include <string>
 
 namespace {
-
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // Six events with known answers: live peaks at 5 MiB (B + C).
 constexpr const char* six_events =

@@ -9,6 +9,7 @@
 #include <mgm/sim/machine.hpp>
 
 #include "log_capture.hpp"
+#include "sizes.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -29,8 +30,6 @@ using mgm::device_id;
 using mgm::sim::hazard_kind;
 
 namespace {
-
-constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // ---- a driver table over the simulator ------------------------------------------------------
 

@@ -1,5 +1,6 @@
 // mgm replay: allocation traces through each allocator, on K data-parallel devices in K threads.
 #include "mgm_tool.hpp"
+#include "number_text.hpp"
 
 #include <mgm/bytes.hpp>
 #include <mgm/device.hpp>
@@ -9,19 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
 namespace mgm_tool {
 
 namespace {
-
-std::string fixed(double v, int digits) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
 
 // {"k": v, "list": [\n  element,\n  element\n]}: the top-level object of a document on one line,
 // each element of its arrays on a line of its own, compact within.

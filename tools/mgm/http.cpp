@@ -32,8 +32,6 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-struct session;
-
 // `HOST:PORT`, `[V6]:PORT` or `:PORT` (every interface).
 tcp::endpoint parse_listen(const std::string& listen) {
   const auto bad = [&](const std::string& why) {
@@ -59,6 +57,8 @@ tcp::endpoint parse_listen(const std::string& listen) {
 }  // namespace
 
 struct http_server::impl {
+  struct session;  // one connection
+
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   asio::signal_set signals{io};
@@ -85,7 +85,9 @@ std::string endpoint_text(const tcp::endpoint& e) {
   return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" + std::to_string(e.port());
 }
 
-struct session : std::enable_shared_from_this<session> {
+}  // namespace
+
+struct http_server::impl::session : std::enable_shared_from_this<session> {
   session(tcp::socket socket, http_server::impl& owner) : stream{std::move(socket)}, server{owner} {
     server.sessions.insert(this);
   }
@@ -174,8 +176,6 @@ struct session : std::enable_shared_from_this<session> {
     stream.socket().close(ignored);
   }
 };
-
-}  // namespace
 
 void http_server::impl::accept() {
   acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {

@@ -1,8 +1,9 @@
 // The sentences of `mgm leak`: each reason of a leak report, with its facts, said for people.
 #include "leak_explain.hpp"
 
+#include "number_text.hpp"
+
 #include <cmath>
-#include <cstdio>
 #include <string>
 
 namespace mgm_tool {
@@ -10,12 +11,6 @@ namespace mgm_tool {
 namespace tel = mgm::telemetry;
 
 namespace {
-
-std::string fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
 
 /// "95 s", "30.1 min", "2.50 h".
 std::string duration_text(double seconds) {
