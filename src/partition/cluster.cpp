@@ -7,9 +7,12 @@
 #include <limits>
 
 namespace mgm {
+namespace {
 
 using detail::saturating_add;
 using detail::unlimited;
+
+}  // namespace
 
 cluster_plan partition_cluster(const partition_request& r, const std::vector<cluster_node>& nodes) {
   if (nodes.empty()) throw logic_error{"partition_cluster: no nodes"};

@@ -169,7 +169,7 @@ struct file_identity {
   std::uint64_t inode{0};
 };
 file_identity identity_of(int fd) {
-  struct ::stat st {};
+  struct ::stat st {};  // POSIX's: mgm::stat (pool_statistics.hpp) would hide it here
   if (::fstat(fd, &st) != 0) fail_errno("shared_block_token: fstat");
   return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
 }

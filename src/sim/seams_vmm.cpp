@@ -389,7 +389,7 @@ vmm_ops::physical_handle vmm_ops::import_handle(int fd) {
   const auto invalid = [fd](const std::string& why) {
     return cuda_error{cudaErrorInvalidValue, "sim vmm: import_handle(" + std::to_string(fd) + "): " + why};
   };
-  struct ::stat st {};
+  struct ::stat st {};  // POSIX's: mgm::stat (pool_statistics.hpp) would hide it here
   if (fd < 0 || ::fstat(fd, &st) != 0) throw invalid("not an open descriptor");
   char target[256] = {};
   const std::string link = "/proc/self/fd/" + std::to_string(fd);

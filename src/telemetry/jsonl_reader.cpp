@@ -20,7 +20,7 @@
 namespace mgm::telemetry {
 namespace {
 
-constexpr std::uint64_t mib = 1024 * 1024;
+constexpr std::uint64_t bytes_per_mib = 1024 * 1024;
 namespace key = jsonl_keys;
 
 // A value of a JSON line that is not what the field needs.
@@ -58,7 +58,7 @@ std::optional<unsigned> get_unsigned(const nlohmann::json& j, const char* name) 
 std::optional<std::uint64_t> get_memory(const nlohmann::json& j, const char* name) {
   const auto v = get_double(j, name);
   if (!v) return std::nullopt;
-  const double b = *v * static_cast<double>(mib);
+  const double b = *v * static_cast<double>(bytes_per_mib);
   if (b < 0 || b >= 9.2e18) throw bad_value{std::string{name} + ": out of range"};
   return static_cast<std::uint64_t>(std::llround(b));
 }

@@ -61,7 +61,7 @@ class pool_target final : public device_target {
   caching_pool<cuda_allocator> pool_;
 };
 
-std::chrono::nanoseconds run(const compiled_trace& t, replay_target& target, const std::vector<stream_ref>& streams,
+std::chrono::nanoseconds run_on_device(const compiled_trace& t, replay_target& target, const std::vector<stream_ref>& streams,
                              int iterations, const std::function<void()>& after_first) {
   const auto elapsed = detail::replay_ops(t, target, streams, iterations, after_first);
   const auto t0 = clock_type::now();
@@ -100,7 +100,7 @@ replay_result replay_on_device(const compiled_trace& t, std::string_view allocat
   r.peak_live_bytes = t.peak_live_bytes;
   try {
     const auto null = detail::make_null_target();
-    const auto baseline = run(t, *null, streams, o.iterations, [] {});
+    const auto baseline = run_on_device(t, *null, streams, o.iterations, [] {});
     detail::upstream_counters cub;  // before the target, which writes to it until destroyed
     std::unique_ptr<replay_target> target;
     if (allocator == "pool") target = std::make_unique<pool_target>(device, o.pool);
@@ -109,7 +109,7 @@ replay_result replay_on_device(const compiled_trace& t, std::string_view allocat
     if (allocator == "cub") target = detail::make_cub_device_target(device, cub);
     auto* pool = dynamic_cast<pool_target*>(target.get());
     std::uint64_t first_calls = 0;
-    const auto elapsed = run(t, *target, streams, o.iterations, [&] {
+    const auto elapsed = run_on_device(t, *target, streams, o.iterations, [&] {
       if (pool != nullptr) {
         const auto st = pool->statistics();
         first_calls = st.upstream_allocations + st.upstream_frees;

@@ -1,6 +1,8 @@
 // Running the `mgm` binary from a test: its exit code, stdout and stderr.
 #pragma once
 
+#include "shared_data.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,12 +28,7 @@ inline fs::path scratch() {
   return d;
 }
 
-inline std::string slurp(const fs::path& p) {
-  std::ifstream in{p, std::ios::binary};
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using mgm_test::slurp;
 
 // Runs `mgm ARGS` through the shell (arguments are quoted by the caller where needed), with
 // `env` prepended (VAR=value ...) and NVML pointed nowhere unless `env` says otherwise; `launcher`

@@ -6,6 +6,7 @@
 
 #include "leak_series.hpp"
 #include "shared_data.hpp"
+#include "sizes.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -247,7 +248,6 @@ TEST_CASE("analyse_log: per GPU by key, per process by GPU UUID and pid, missing
   mgm::telemetry::gpu_log log;
   const auto t0 = clock::time_point{} + std::chrono::hours{24 * 365 * 50};
   const auto at = [&](int minute) { return t0 + std::chrono::minutes{minute}; };
-  constexpr std::uint64_t MiB = 1 << 20;
   for (int m = 0; m < 90; ++m) {
     mgm::telemetry::device_sample a;
     a.time = at(m);

@@ -1,5 +1,6 @@
 // What the tests of the GPU log readers and writers share (telemetry_smi_csv_test.cpp,
-// telemetry_gpuz_test.cpp, telemetry_sinks_test.cpp): times, strict options, a full sample.
+// telemetry_smi_query_test.cpp, telemetry_gpuz_test.cpp, telemetry_sinks_test.cpp): times, strict
+// options, a full sample.
 #pragma once
 
 #include <mgm/telemetry/log_format.hpp>
