@@ -365,3 +365,32 @@ TEST_CASE("expandable: the mapping policy's arithmetic", "[pool][expandable]") {
   REQUIRE(p.padded(200 * MiB, 100 * MiB) == 100 * MiB);   // 1.5 and 3.1: under a granule
   REQUIRE(p.padded(100 * MiB, 100 * MiB) == 100 * MiB);
 }
+
+TEST_CASE("expandable: a growth the device cannot hold is not begun; idle memory goes back first",
+          "[pool][expandable][oom]") {
+  using mgm::sim::driver_call;
+  mgm::sim::machine m{mgm::sim::parse_device_list("4GiB")};  // chunks of at most 8 MiB
+  const device_id d{0};
+  sim_pool raw_pool{m.allocator(d), mgm::pool_options{}};
+  mgm::sim::judged pool{m, raw_pool};
+  void* a = pool.allocate(1536 * MiB);
+  void* b = pool.allocate(1536 * MiB);
+  pool.deallocate(a, 1536 * MiB);
+  REQUIRE(m.memory(d).free_bytes < 2048 * MiB);  // c fits neither what is free nor a's place
+  const auto before = m.modelled(d);
+  void* c = pool.allocate(2048 * MiB);
+  const auto after = m.modelled(d);
+  const std::size_t made = after.count(driver_call::create) - before.count(driver_call::create);
+  const std::size_t released = after.count(driver_call::release) - before.count(driver_call::release);
+  INFO(made << " chunks made, " << released << " released");
+  // Exactly c's 256 chunks of 8 MiB were made, after a's idle chunks went back: none was made
+  // only to be undone when the driver refused the next.
+  REQUIRE(made == 2048 / 8);
+  REQUIRE(released > 0);  // a's chunks, and what was mapped ahead
+  REQUIRE(pool->reserved_bytes() == m.vmm().mapped_bytes(d));
+  pool.deallocate(c, 2048 * MiB);
+  pool.deallocate(b, 1536 * MiB);
+  (void)pool->release();
+  REQUIRE(m.memory(d).used_bytes == 0);
+  REQUIRE(m.hazards().empty());
+}
