@@ -93,7 +93,7 @@ class expandable_source {
     stream_slot* owner{nullptr};
     bool small{false};
     block* head{nullptr};
-    std::vector<handle> handles;
+    std::vector<handle> handles;  // per granule, up to the highest one ever mapped (first touches only)
     std::size_t mapped{0};  // bytes of its granules that are mapped
   };
 
@@ -196,6 +196,8 @@ class expandable_source {
       }
       map_bytes = std::min(map_bytes, u->size);
       space.arena.reserve(1);  // the split below: nothing may fail after mapping
+      const std::size_t first = (u->addr - seg.base) / granule_;
+      if (seg.handles.size() < first + map_bytes / granule_) seg.handles.resize(first + map_bytes / granule_, handle{});
       const std::vector<device_id> readers = peers_;  // read under the lock
       const std::size_t chunk = full ? granule_ : std::min({chunk_, map_bytes, policy.largest_chunk(cap)});
       std::vector<handle> made;  // one per chunk
@@ -240,7 +242,6 @@ class expandable_source {
       } catch (const std::exception& e) {
         log(log_level::error, std::string{"caching_pool: a new peer could not be given access to new granules: "} + e.what());
       }
-      const std::size_t first = (va - seg.base) / granule_;
       for (std::size_t i = 0; i < map_bytes / granule_; ++i) seg.handles[first + i] = made[i * granule_ / chunk];
       space.reserved += map_bytes;
       seg.mapped += map_bytes;
@@ -516,7 +517,6 @@ class expandable_source {
       bytes = std::max(bytes, size);
       (void)round_up(bytes, granule_, bytes);
       auto seg = std::make_unique<segment>();  // the records first: nothing may fail after reserving
-      seg->handles.assign(bytes / granule_, 0);
       space.arena.reserve(1);
       segments_.reserve(segments_.size() + 1);
       lock.unlock();
