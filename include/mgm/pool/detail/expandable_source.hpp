@@ -40,7 +40,9 @@
 ///
 /// ## Invariants
 /// - a range's blocks tile it; a block is mapped (`handles[g] != 0` for each of its granules) or
-///   unmapped (in its owner's unmapped index, no memory behind it), never partly
+///   unmapped (in its owner's unmapped index, no memory behind it), never partly; granules at or
+///   past `handles.size()` are unmapped (the table grows with the growths, zeros included: an
+///   80 GiB device's range would be 360 KiB of zeros written at once)
 /// - a chunk is a maximal run of granules with the same handle (handles are never reused while
 ///   mapped); it is mapped, accessed, unmapped and released as a whole
 /// - `reserved` counts mapped granules only
@@ -93,7 +95,7 @@ class expandable_source {
     stream_slot* owner{nullptr};
     bool small{false};
     block* head{nullptr};
-    std::vector<handle> handles;  // per granule, up to the highest one ever mapped (first touches only)
+    std::vector<handle> handles;  // per granule, up to the end of the highest growth tried (0: unmapped)
     std::size_t mapped{0};  // bytes of its granules that are mapped
   };
 
@@ -151,8 +153,9 @@ class expandable_source {
   /// neighbour below, if any) without the lock, reserving a new range when none has room, and
   /// maps ahead (near full: pads) unless `minimal`. `budget()` gives the pool's limits (`growth_budget`), asked
   /// under the lock: the growth maps at most its room. Returns the block out of every index, or
-  /// nullptr when the device is out of memory or the request needs more than the room (nothing
-  /// changed but perhaps a new reserved range). When it throws, nothing changed either.
+  /// nullptr when the device is out of memory, when the request needs more than the room, or
+  /// (unless `minimal`) more than the device's free memory less the growths under way: nothing
+  /// changed then but perhaps a new reserved range. When it throws, the same.
   template <class Budget>
   block* try_grow(std::unique_lock<pool_mutex>& lock, Upstream& upstream, block_space<Statistics>& space,
                   stream_slot& slot, std::size_t size, bool small, Budget&& budget, bool minimal = false) {
