@@ -56,13 +56,20 @@ double floor_seconds(const sim::cost_model& c, const sim::modelled_costs& used, 
   return c.malloc_charge_us(peak_reserved, 0, 0, 0) * 1e-6;
 }
 
-bool fits(const compiled_trace& t, std::string_view allocator, const replay_options& o, std::size_t capacity) {
+// `iterations` of `allocator` over `t` on a machine of its own with `capacity` bytes, unjudged:
+// the time they took.
+std::chrono::nanoseconds run_alone(const compiled_trace& t, std::string_view allocator, const replay_options& o,
+                                   std::size_t capacity, int iterations) {
   replay_options quiet = o;
-  quiet.judge = false;  // the search asks only whether it fits
+  quiet.judge = false;
   sim_run r{t, capacity, quiet};
+  auto target = detail::make_replay_target(allocator, r.machine, device_id{0}, o.pool, false);
+  return run(t, *target, r.streams, iterations, nullptr, device_id{0}).elapsed;
+}
+
+bool fits(const compiled_trace& t, std::string_view allocator, const replay_options& o, std::size_t capacity) {
   try {
-    auto target = detail::make_replay_target(allocator, r.machine, device_id{0}, o.pool, false);
-    (void)run(t, *target, r.streams, o.iterations, nullptr, device_id{0});
+    (void)run_alone(t, allocator, o, capacity, o.iterations);
     return true;
   } catch (const std::bad_alloc&) {
     return false;
@@ -118,24 +125,11 @@ replay_result replay_on_sim(const compiled_trace& t, std::string_view allocator,
   // fell on whichever allocator a process replayed first. Measured (`mgm replay` of U-Net, 812
   // events, one pass, the pool): about 1.0 ms in a fresh process, 0.06 to 0.15 ms once the process
   // had replayed it twice. The timed run still starts from a new allocator on a new machine, so
-  // every growth of its first pass counts.
-  {
-    replay_options quiet = o;
-    quiet.judge = false;
-    sim_run w{t, o.capacity_bytes, quiet};
-    auto warm = detail::make_replay_target(allocator, w.machine, device_id{0}, o.pool, false);
-    (void)run(t, *warm, w.streams, 1, nullptr, device_id{0});
-  }
+  // every growth of its first pass counts. (A trace that does not fit fails here as it would below.)
+  (void)run_alone(t, allocator, o, o.capacity_bytes, 1);
   // The do-nothing replay: what the loop itself costs (a clock read costs more than the budget
   // of one event, so time is taken once per batch).
-  std::chrono::nanoseconds baseline{0};
-  {
-    replay_options quiet = o;
-    quiet.judge = false;
-    sim_run n{t, o.capacity_bytes, quiet};
-    auto null = detail::make_replay_target("null", n.machine, device_id{0}, o.pool, false);
-    baseline = run(t, *null, n.streams, o.iterations, nullptr, device_id{0}).elapsed;
-  }
+  const std::chrono::nanoseconds baseline = run_alone(t, "null", o, o.capacity_bytes, o.iterations);
   sim_run s{t, o.capacity_bytes, o};
   {
     const device_id d{0};

@@ -183,14 +183,14 @@ class expandable_source {
       std::size_t map_bytes = start + size - u->addr;
       (void)round_up(map_bytes, granule_, map_bytes);
       const growth_budget limits = budget();
-      if (std::min(map_bytes, u->size) > limits.room) return nullptr;
+      const std::size_t avail = available(upstream, space, limits.room);
+      // Beyond the room, or (unless minimal) beyond what the device has free, a growth is not begun:
+      // it would make and map chunks until the driver refused one, then undo them all. The
+      // out-of-memory pipeline gives idle memory back first; its minimal retry asks the driver
+      // whatever the free figure says.
+      if (std::min(map_bytes, u->size) > (minimal ? limits.room : avail)) return nullptr;
       segment& seg = segment_of(u);
       const std::size_t cap = capacity(upstream, limits);
-      const std::size_t avail = available(upstream, space, limits.room);
-      // A growth the device cannot hold now is not begun: it would make and map chunks until the
-      // driver refused one, then undo them all. The out-of-memory pipeline gives idle memory back
-      // first; its minimal retry asks the driver whatever the free figure says.
-      if (!minimal && std::min(map_bytes, u->size) > avail) return nullptr;
       const mapping_policy policy{granule_};
       const bool full = policy.near_full(cap, avail, map_bytes);
       if (!minimal) {
