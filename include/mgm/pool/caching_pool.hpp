@@ -257,7 +257,9 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   std::size_t release(std::size_t bytes_to_keep = 0) {
     std::unique_lock lock{mutex_};
     detail::pool_slow_paths::process_pending(*this);
-    return detail::pool_slow_paths::trim(*this, lock, bytes_to_keep);
+    const std::size_t released = detail::pool_slow_paths::trim(*this, lock, bytes_to_keep);
+    if (space_.reserved == 0) pressed_ = false;  // an empty pool starts again
+    return released;
   }
 
   /// @brief Bounds on what the pool takes from its upstream from now on (see `pool_limits`). What
@@ -399,14 +401,17 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     return b->expandable();  // looked at only when the rule refuses: not on the usual hit
   }
   /// As PyTorch: a block of a plain segment serving a request of max_split_bytes or more is never
-  /// split. In an expandable segment any rest is worth keeping, whatever the request: it merges
-  /// with its neighbours and the range's next growth (a growth into an unmapped hole can merge
-  /// with a free block above it, far larger than the request).
+  /// split, and a large block keeps a rest only above the small-request size. In an expandable
+  /// segment any rest is worth keeping, whatever the request: it merges with its neighbours and
+  /// the range's next growth (a growth into an unmapped hole can merge with a free block above it,
+  /// far larger than the request). A small request served by a large block under pressure
+  /// (`pool_slow_paths::from_other_pool`) takes only what it needs.
   [[nodiscard]] bool splits(const detail::block* b, std::size_t size) const noexcept {
     const std::size_t rest = b->size - size;
     if (b->expandable()) return rest >= space_.options().round_bytes;
     return size < space_.options().max_split_bytes &&
-           (b->small != 0 ? rest >= space_.options().round_bytes : rest > space_.options().small_request_bytes);
+           (b->small != 0 || size <= space_.options().small_request_bytes ? rest >= space_.options().round_bytes
+                                                                           : rest > space_.options().small_request_bytes);
   }
   /// The merges the hit path deferred, done before the pool is observed: statistics and snapshots
   /// show the cache as it is, not as it waits to be (logically const: no block changes hands).
@@ -467,6 +472,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   std::size_t trim_at_{pool_options::unlimited};  // release threshold + margin
   std::size_t margin_{0};
   std::size_t freed_above_{0};  // bytes freed above trim_at_ since granules were last unmapped
+  bool pressed_{false};         // a growth was refused since the pool was last empty: a miss looks at the other pool's cache first
   pool_limits limits_;          // under mutex_
 
   mutable detail::pool_mutex mutex_;

@@ -116,7 +116,7 @@ class expandable_source {
 
   [[nodiscard]] bool on() const noexcept { return on_; }
   /// Whether a request of `size` bytes grows a range (else a plain segment serves it). Small
-  /// requests keep plain 2 MiB segments unless the memory is shareable (see `shareable`).
+  /// requests keep plain small segments unless the memory is shareable (see `shareable`).
   [[nodiscard]] bool grows(std::size_t size, const pool_options& o) const noexcept {
     return on_ && (size >= o.large_direct_bytes || shareable_);
   }
@@ -401,6 +401,28 @@ class expandable_source {
     segments_.clear();
   }
 
+  /// What the pool may hold: the device's memory, or less under its limits. (An upstream that
+  /// cannot say its size has none but the limits'.)
+  static std::size_t capacity(const Upstream& upstream, const growth_budget& limits) {
+    if constexpr (requires(const Upstream& up) { up.total_bytes(); }) {
+      return std::min(limits.capacity, upstream.total_bytes());
+    } else {
+      (void)upstream;
+      return limits.capacity == pool_options::unlimited ? 0 : limits.capacity;
+    }
+  }
+
+  /// What a growth may take: `room` (the pool's limits), and no more than the device has free,
+  /// less what other growths are taking meanwhile.
+  static std::size_t available(const Upstream& upstream, const block_space<Statistics>& space, std::size_t room) {
+    if constexpr (requires(const Upstream& up) { up.free_bytes(); }) {
+      return std::min(room, space.unclaimed(upstream.free_bytes()));
+    } else {
+      (void)upstream, (void)space;
+      return room;
+    }
+  }
+
  private:
   static vmm_type make_vmm(const Upstream& u) {
     if constexpr (vmm_allocator<Upstream>) {
@@ -443,28 +465,6 @@ class expandable_source {
       }
     } else {
       (void)va, (void)bytes, (void)chunk, (void)made, (void)mapped;
-    }
-  }
-
-  // What the pool may hold: the device's memory, or less under its limits. (An upstream that
-  // cannot say its size has none but the limits'.)
-  static std::size_t capacity(const Upstream& upstream, const growth_budget& limits) {
-    if constexpr (requires(const Upstream& up) { up.total_bytes(); }) {
-      return std::min(limits.capacity, upstream.total_bytes());
-    } else {
-      (void)upstream;
-      return limits.capacity == pool_options::unlimited ? 0 : limits.capacity;
-    }
-  }
-
-  // What a growth may map: `room` (the pool's limits), and no more than the device has free, less
-  // what other growths are mapping meanwhile.
-  static std::size_t available(const Upstream& upstream, const block_space<Statistics>& space, std::size_t room) {
-    if constexpr (requires(const Upstream& up) { up.free_bytes(); }) {
-      return std::min(room, space.unclaimed(upstream.free_bytes()));
-    } else {
-      (void)upstream, (void)space;
-      return room;
     }
   }
 
