@@ -56,10 +56,10 @@ TEST_CASE("pool: a small block freed beside free memory is found again; observer
 TEST_CASE("pool: deferred merges are done before a small request goes upstream", "[pool][deferred]") {
   judged_pool j;
   const auto s = j.m.create_stream(device_id{0});
-  std::array<void*, 16> k{};
-  for (auto& p : k) p = j.pool.allocate_async(256 * KiB, 256, s);  // 16 x 256 KiB: one full 4 MiB segment
+  std::array<void*, 8> k{};
+  for (auto& p : k) p = j.pool.allocate_async(256 * KiB, 256, s);  // 8 x 256 KiB: one full 2 MiB segment
   REQUIRE(j.raw.statistics().upstream_allocations == 1);
-  for (void* p : k) j.pool.deallocate_async(p, 256 * KiB, 256, s);  // sixteen unmerged blocks
+  for (void* p : k) j.pool.deallocate_async(p, 256 * KiB, 256, s);  // eight unmerged blocks
   j.raw.check_invariants();
   // No 1 MiB block is free until the merges are done: the miss does them, and needs no new segment.
   void* big = j.pool.allocate_async(1 * MiB, 256, s);
@@ -83,7 +83,7 @@ TEST_CASE("pool: a full deferred list is merged, and release gives back what it 
     j.raw.check_invariants();
   }
   // Nothing allocated: release merges what waits and gives the whole segment back.
-  REQUIRE(j.raw.release() == 4 * MiB);
+  REQUIRE(j.raw.release() == 2 * MiB);
   REQUIRE(j.raw.reserved_bytes() == 0);
   j.require_no_hazard();
 }

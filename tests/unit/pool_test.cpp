@@ -72,16 +72,16 @@ using mgm::test::log_capture;
 
 MGM_CONFORMANCE_SUITE("pool", pool_fixtures)
 
-TEST_CASE("pool: a small request takes a 4 MiB segment, and frees return to the cache", "[pool]") {
+TEST_CASE("pool: a small request takes a 2 MiB segment, and frees return to the cache", "[pool]") {
   judged_setup s;
   void* a = s.pool.allocate(1000);
   auto st = s.pool->statistics();
   REQUIRE(st.allocated_bytes.current == 1024);
   REQUIRE(st.requested_bytes.current == 1000);
-  REQUIRE(st.reserved_bytes.current == 4 * MiB);
+  REQUIRE(st.reserved_bytes.current == 2 * MiB);
   REQUIRE(st.segments.current == 1);
   REQUIRE(st.upstream_allocations == 1);
-  REQUIRE(s.device_used() == 4 * MiB);
+  REQUIRE(s.device_used() == 2 * MiB);
   void* b = s.pool.allocate(300 * KiB);
   REQUIRE(s.pool->statistics().upstream_allocations == 1);  // carved from the same segment
   REQUIRE(static_cast<char*>(b) == static_cast<char*>(a) + 1024);
@@ -89,10 +89,10 @@ TEST_CASE("pool: a small request takes a 4 MiB segment, and frees return to the 
   s.pool.deallocate(b, 300 * KiB);
   st = s.pool->statistics();
   REQUIRE(st.allocated_bytes.current == 0);
-  REQUIRE(st.reserved_bytes.current == 4 * MiB);   // cached, not returned
+  REQUIRE(st.reserved_bytes.current == 2 * MiB);   // cached, not returned
   REQUIRE(st.inactive_split_bytes.current == 0);   // merged back into one whole free segment
   REQUIRE(st.upstream_frees == 0);
-  REQUIRE(s.pool->release() == 4 * MiB);
+  REQUIRE(s.pool->release() == 2 * MiB);
   REQUIRE(s.device_used() == 0);
   REQUIRE(s.pool->statistics().upstream_frees == 1);
 }
@@ -121,10 +121,10 @@ TEST_CASE("pool: segment sizes follow the size policy", "[pool]") {
   REQUIRE(s.pool->statistics().reserved_bytes.current == 14 * MiB);
   void* a = s.pool.allocate(3 * MiB);  // large, below 10 MiB: a 20 MiB segment
   REQUIRE(s.pool->statistics().reserved_bytes.current == 14 * MiB + 20 * MiB);
-  void* c = s.pool.allocate(1 * MiB);  // small: a 4 MiB segment, not the free 17 MiB of the large one
-  REQUIRE(s.pool->statistics().reserved_bytes.current == 38 * MiB);
+  void* c = s.pool.allocate(1 * MiB);  // small: a 2 MiB segment, not the free 17 MiB of the large one
+  REQUIRE(s.pool->statistics().reserved_bytes.current == 36 * MiB);
   void* d = s.pool.allocate(5 * MiB);  // from the rest of the 20 MiB segment
-  REQUIRE(s.pool->statistics().reserved_bytes.current == 38 * MiB);
+  REQUIRE(s.pool->statistics().reserved_bytes.current == 36 * MiB);
   const auto snap = s.pool->snapshot();
   REQUIRE(snap.segments.size() == 3);
   std::size_t small = 0;
@@ -137,13 +137,37 @@ TEST_CASE("pool: segment sizes follow the size policy", "[pool]") {
   REQUIRE(s.pool->statistics().inactive_split_bytes.current == 0);
 }
 
-TEST_CASE("pool: near full, small segments are half size; under pressure a small request takes a large block", "[pool][oom]") {
+TEST_CASE("pool: small segments are twice as large on a large device, unless near full", "[pool]") {
+  {
+    judged_setup s{"16GiB"};
+    void* a = s.pool.allocate(1000);
+    REQUIRE(s.device_used() == 4 * MiB);
+    s.pool.deallocate(a, 1000);
+  }
+  {
+    judged_setup s{"16GiB"};
+    s.raw.set_limits(mgm::pool_limits{1 * GiB, 0});  // the pool may hold 1 GiB: a small pool
+    void* a = s.pool.allocate(1000);
+    REQUIRE(s.device_used() == 2 * MiB);
+    s.pool.deallocate(a, 1000);
+  }
+  {
+    judged_setup s{"16GiB"};
+    void* big = s.pool.allocate(16 * GiB - 100 * MiB);  // near full: less than 1/32 would stay free
+    void* a = s.pool.allocate(1000);
+    REQUIRE(s.device_used() == 16 * GiB - 98 * MiB);
+    s.pool.deallocate(a, 1000);
+    s.pool.deallocate(big, 16 * GiB - 100 * MiB);
+  }
+}
+
+TEST_CASE("pool: under pressure a small request takes a large segment's free block", "[pool][oom]") {
   judged_setup s{"24MiB"};
   const device_id d{0};
   void* a = s.pool.allocate(3 * MiB);  // a 20 MiB segment: 17 MiB of it stay free
   REQUIRE(s.device_used() == 20 * MiB);
   std::vector<void*> small;
-  small.push_back(s.pool.allocate(1 * MiB));  // near full (4 MiB would leave nothing): a 2 MiB segment
+  small.push_back(s.pool.allocate(1 * MiB));  // a 2 MiB small segment
   REQUIRE(s.device_used() == 22 * MiB);
   for (int i = 0; i < 3; ++i) small.push_back(s.pool.allocate(1 * MiB));  // one more 2 MiB segment
   REQUIRE(s.device_used() == 24 * MiB);
@@ -175,13 +199,13 @@ TEST_CASE("pool: near full, small segments are half size; under pressure a small
 }
 
 TEST_CASE("pool: under pressure a large request takes an idle small segment, with nothing given back", "[pool][oom]") {
-  judged_setup s{"24MiB"};
-  void* x = s.pool.allocate(1000);  // far from full: a 4 MiB small segment
-  REQUIRE(s.device_used() == 4 * MiB);
+  judged_setup s{"22MiB"};
+  void* x = s.pool.allocate(1000);  // a 2 MiB small segment
+  REQUIRE(s.device_used() == 2 * MiB);
   s.pool.deallocate(x, 1000);  // idle, cached
   void* a = s.pool.allocate(3 * MiB);  // a 20 MiB segment
   void* b = s.pool.allocate(17 * MiB);  // its rest
-  REQUIRE(s.device_used() == 24 * MiB);
+  REQUIRE(s.device_used() == 22 * MiB);
   // No large block is free and the device refuses a new segment: the idle small segment serves,
   // where giving it back and asking for 2 MiB would cost a free and a malloc.
   void* c = s.pool.allocate(2 * MiB);
@@ -189,11 +213,11 @@ TEST_CASE("pool: under pressure a large request takes an idle small segment, wit
   const auto st = s.pool->statistics();
   REQUIRE(st.upstream_allocations == 2);
   REQUIRE(st.upstream_frees == 0);
-  REQUIRE(s.device_used() == 24 * MiB);
+  REQUIRE(s.device_used() == 22 * MiB);
   s.pool.deallocate(c, 2 * MiB);
   s.pool.deallocate(b, 17 * MiB);
   s.pool.deallocate(a, 3 * MiB);
-  REQUIRE(s.pool->release() == 24 * MiB);
+  REQUIRE(s.pool->release() == 22 * MiB);
   REQUIRE(s.device_used() == 0);
 }
 
@@ -269,7 +293,7 @@ TEST_CASE("pool: release merges a segment cached by several streams", "[pool][st
   s.pool.deallocate_async(a, 64 * KiB, 256, s1);
   s.pool.deallocate_async(b, 64 * KiB, 256, s2);  // b now sits in s2's cache, between s1's blocks
   REQUIRE(s.pool->snapshot().segments.at(0).blocks.size() == 3);
-  REQUIRE(s.pool->release() == 4 * MiB);  // merged for s1 (which waits for s2 on the device), then freed
+  REQUIRE(s.pool->release() == 2 * MiB);  // merged for s1 (which waits for s2 on the device), then freed
   REQUIRE(s.device_used() == 0);
 }
 
@@ -464,7 +488,7 @@ TEST_CASE("pool options: MGM_ALLOC_CONF", "[pool][options]") {
   REQUIRE(o.max_split_bytes == 128 * MiB);
   REQUIRE(o.release_threshold_bytes == (std::size_t{4} << 30));
   REQUIRE(o.round_bytes == 512);
-  REQUIRE(o.small_segment_bytes == 4 * MiB);
+  REQUIRE(o.small_segment_bytes == 2 * MiB);
   REQUIRE(mgm::pool_options::parse("") == mgm::pool_options{});
   REQUIRE(mgm::pool_options::parse(mgm::pool_options{}.to_string()) == mgm::pool_options{});
   REQUIRE(mgm::pool_options::parse("max_split_size:unlimited").max_split_bytes == mgm::pool_options::unlimited);
@@ -480,7 +504,7 @@ TEST_CASE("pool options: MGM_ALLOC_CONF", "[pool][options]") {
   REQUIRE(column_of("round") == 1);
   REQUIRE(column_of("small_segment:2XB") == 16);
   REQUIRE_THROWS_WITH(mgm::pool_options::parse("round:300"), Catch::Contains("power of two"));
-  REQUIRE_THROWS_WITH(mgm::pool_options::parse("small_request:8MiB"), Catch::Contains("small_segment"));
+  REQUIRE_THROWS_WITH(mgm::pool_options::parse("small_request:4MiB"), Catch::Contains("small_segment"));
   REQUIRE_THROWS_WITH(mgm::pool_options::parse("large_segment:1000"), Catch::Contains("multiple of round"));
 }
 
@@ -496,7 +520,7 @@ TEST_CASE("multi_device_pool: a pool per device, made on first use", "[pool][mul
   REQUIRE(pools.has_pool(device_id{3}));
   REQUIRE_FALSE(pools.has_pool(device_id{4}));
   REQUIRE(pools.statistics(device_id{3}).allocated_bytes.current == 5 * MiB);
-  REQUIRE(pools.total_statistics().reserved_bytes.current == 20 * MiB + 4 * MiB);
+  REQUIRE(pools.total_statistics().reserved_bytes.current == 20 * MiB + 4 * MiB);  // a 4 MiB small segment on an 80 GiB device
   REQUIRE_THROWS_AS(pools.pool(device_id{8}), mgm::logic_error);
   pools.deallocate(device_id{3}, a, 5 * MiB, 256, m.default_stream(device_id{3}));
   pools.deallocate(device_id{5}, b, 100, 256, m.default_stream(device_id{5}));

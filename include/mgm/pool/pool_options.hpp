@@ -24,7 +24,7 @@ struct pool_options {
 
   std::size_t round_bytes{256};                         ///< every block is a multiple (a power of two >= 256)
   std::size_t small_request_bytes{std::size_t{1} << 20};  ///< requests up to this come from small segments
-  std::size_t small_segment_bytes{std::size_t{4} << 20};  ///< the size of a small segment (half near full)
+  std::size_t small_segment_bytes{std::size_t{2} << 20};  ///< the size of a small segment (twice on a large device)
   std::size_t large_segment_bytes{std::size_t{20} << 20};  ///< the smallest large segment
   std::size_t large_direct_bytes{std::size_t{10} << 20};   ///< requests from here get a segment of their own size
   std::size_t segment_round_bytes{std::size_t{2} << 20};   ///< large segments are multiples of this

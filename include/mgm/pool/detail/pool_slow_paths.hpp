@@ -47,9 +47,9 @@ struct pool_slow_paths {
       p.prepare_or_put_back(b);
       return b;
     }
-    // Small requests keep plain segments (4 MiB, 2 MiB near full: `plain_segment_size`): released
-    // whole when idle, they fragment less than small blocks packed into a shared range whose
-    // granules they pin. Shareable memory is all mapped (a plain segment could be neither
+    // Small requests keep plain segments (2 MiB, 4 MiB on a large device: `plain_segment_size`):
+    // released whole when idle, they fragment less than small blocks packed into a shared range
+    // whose granules they pin. Shareable memory is all mapped (a plain segment could be neither
     // exported nor registered with NCCL).
     const bool grow = p.expand_.grows(size, p.space_.options());
     block* b = with_oom_retries<Pool::statistics_enabled>(
@@ -79,21 +79,28 @@ struct pool_slow_paths {
     return b;
   }
 
-  /// A new plain segment's size (`segment_source::segment_size`), but near full
-  /// (`mapping_policy::near_full`) a small segment is half of `small_segment_bytes`: the last
-  /// segments a pool takes at its limit are what its fit pays for. Measured with `mgm replay`
-  /// (`--fit`, the smallest capacity that runs a trace, over its peak live bytes): the DTR
-  /// transformer 1.0024 with 2 MiB small segments, 1.0026 with 4 MiB ones, 1.0024 with 4 MiB ones
-  /// halved near full.
+  /// A new plain segment's size (`segment_source::segment_size`), but a small segment is twice
+  /// `small_segment_bytes` where the pool may hold 1024 of those (a 4 GiB device, or limits) and
+  /// is not near full (`mapping_policy::near_full`). Measured with `mgm replay` (6 iterations):
+  /// with 2 MiB small segments the generated ResNet-152 took a second one in its second pass, a
+  /// late driver call, on an 80 GiB device, and 4 MiB ones avoid it and halve the small segments'
+  /// mallocs on most traces (InceptionV4 42 to 27, DenseNet-121 28 to 15); but at the smallest
+  /// capacity that runs a trace (`--fit`, 3 iterations) 4 MiB ones cost fit: the generated
+  /// ResNet-50 1.0084 to 1.0114 over its peak live bytes (2.6 GiB: 2 MiB segments there now) and
+  /// the DTR transformer 1.0024 to 1.0026 (9.9 GiB: near full, 2 MiB ones again). ResNet-152 at
+  /// 1.05 x its peak live (6 GiB) needs the 4 MiB ones too.
   template <class Pool>
   static std::size_t plain_segment_size(Pool& p, std::size_t size, bool small, bool minimal) {
     const std::size_t seg = Pool::plain_type::segment_size(p.space_.options(), size, small, minimal);
     if (!small || minimal) return seg;
+    constexpr std::size_t large_device_share = 1024;
     using expand_type = std::remove_cvref_t<decltype(p.expand_)>;
     const growth_budget limits = growth_limits(p);
     const std::size_t cap = expand_type::capacity(p.upstream_, limits);
+    const std::size_t twice = 2 * seg;
+    if (cap == 0 || twice > cap / large_device_share) return seg;
     const std::size_t avail = expand_type::available(p.upstream_, p.space_, limits.room);
-    return cap != 0 && mapping_policy::near_full(cap, avail, seg) ? std::max(seg / 2, size) : seg;
+    return mapping_policy::near_full(cap, avail, twice) ? seg : twice;
   }
 
   /// Under pressure (the limits leave no room for a growth, or the upstream refused one), a
