@@ -4,8 +4,9 @@
 ///
 /// ## Chunks and the mapping policy
 /// A growth is one `set_access` and, per physical chunk, one `create` and one `map`: one chunk for
-/// what the request needs (whole granules) up to 1/512 of the device, or `pool_options::map_chunk_bytes`
-/// when that option is smaller (unlimited by default). At the typical prices of research/driver-costs.md §3
+/// what the request needs (whole granules) up to 1/512 of the device (1/16 of the segment's mapped
+/// bytes when more, while four times those bytes stay available: `mapping_policy::largest_chunk`),
+/// or `pool_options::map_chunk_bytes` when that option is smaller (unlimited by default). At the typical prices of research/driver-costs.md §3
 /// each growth costs about 171 us of fixed charges (create 143, set_access 27, map 1.5) on top of
 /// what its bytes cost, so the number of growths is what the policy minimises:
 /// - **Map ahead.** A growth maps beyond the request while the segment's free mapped bytes stay
@@ -202,7 +203,7 @@ class expandable_source {
       const std::size_t first = (u->addr - seg.base) / granule_;
       if (seg.handles.size() < first + map_bytes / granule_) seg.handles.resize(first + map_bytes / granule_, handle{});
       const std::vector<device_id> readers = peers_;  // read under the lock
-      const std::size_t chunk = full ? granule_ : std::min({chunk_, map_bytes, policy.largest_chunk(cap)});
+      const std::size_t chunk = full ? granule_ : std::min({chunk_, map_bytes, policy.largest_chunk(cap, avail, seg.mapped)});
       std::vector<handle> made;  // one per chunk
       made.reserve(map_bytes / chunk + 1);
       free_ranges.remove(u);
