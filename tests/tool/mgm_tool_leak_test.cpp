@@ -44,7 +44,7 @@ void write_logs(const fs::path& gpus, const fs::path& procs) {
 
 }  // namespace
 
-TEST_CASE("mgm leak --processes joins each process to its GPU by UUID; sawtooths and slow leaks judged right", "[tool]") {
+TEST_CASE("mgm leak --processes joins each process to its GPU by UUID, sawtooths and slow leaks judged right", "[tool]") {
   const auto gpus = scratch() / "leak_gpus.csv";
   const auto procs = scratch() / "leak_apps.csv";
   write_logs(gpus, procs);

@@ -27,7 +27,7 @@ std::string four_gpu_file() { return topology_file("pcie-4gpu-mixed"); }
 
 }  // namespace
 
-TEST_CASE("mgm --sim TOPOLOGY_FILE: no capacity is invented; --sim-devices gives them", "[tool]") {
+TEST_CASE("mgm --sim TOPOLOGY_FILE: no capacity is invented, --sim-devices gives them", "[tool]") {
   SECTION("without --sim-devices, memory-dependent commands refuse and say what to add") {
     for (const char* cmd : {"plan --items 10 --bytes-per-item 1MiB", "status", "log -o /dev/null --count 1"}) {
       const auto r = run_mgm("--sim " + h100_file() + " " + cmd);
@@ -149,7 +149,7 @@ TEST_CASE("mgm --sim NCCL_XML: names and memory from the GPUs' PCI device IDs, w
   CHECK(unknown.err.find("gives links, not memory") != std::string::npos);
 }
 
-TEST_CASE("mgm plan: options that would be ignored are refused; the granularity's help says the truth", "[tool]") {
+TEST_CASE("mgm plan: options that would be ignored are refused, the granularity's help says the truth", "[tool]") {
   const auto no_throughput = run_mgm("--sim pcie-4gpu-mixed plan --items 100 --bytes-per-item 1MiB --policy throughput");
   CHECK(no_throughput.rc == 1);
   CHECK(no_throughput.err.find("--policy throughput needs --throughput") != std::string::npos);
@@ -178,7 +178,7 @@ TEST_CASE("mgm plan: options that would be ignored are refused; the granularity'
   CHECK(j["gpus"][0]["spill_order"][0].contains("gb_per_s"));
 }
 
-TEST_CASE("mgm serve: bad addresses and intervals exit 2 before listening; no GPU exits 3", "[tool]") {
+TEST_CASE("mgm serve: bad addresses and intervals exit 2 before listening, no GPU exits 3", "[tool]") {
   for (const char* listen : {"19400", "127.0.0.1:99999", "127.0.0.1:http", "nohost:19400"}) {
     const auto r = run_mgm(std::string{"--sim dgx-h100 serve --listen "} + listen);
     INFO(listen << ": " << r.err);

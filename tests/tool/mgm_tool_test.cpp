@@ -295,7 +295,7 @@ TEST_CASE("mgm leak and plot on an nvidia-smi -q -x -l log built from a real sam
   }
 }
 
-TEST_CASE("mgm leak on pasted tables; an unreadable one is refused naming --columns", "[tool]") {
+TEST_CASE("mgm leak on pasted tables, an unreadable one is refused naming --columns", "[tool]") {
   const auto dir = scratch();
   std::string md = "| timestamp | index | name | memory.used [MiB] |\n|---|---|---|---|\n";
   for (int k = 0; k < 30; ++k) {

@@ -89,7 +89,7 @@ TEST_CASE("thrust_allocator: allocate and deallocate through a simulated pool on
   REQUIRE(t.pool.statistics().cache_hits == 1);
 }
 
-TEST_CASE("thrust_allocator: rebinding keeps the pool and the stream; equality is the pool's", "[interop]") {
+TEST_CASE("thrust_allocator: rebinding keeps the pool and the stream, equality is the pool's", "[interop]") {
   sim_setup t;
   sim_pool other{t.m.allocator(device_id{1}), plain()};
   const mgm::thrust_allocator<float> f{t.pool, t.s};

@@ -249,7 +249,7 @@ TEST_CASE("judge: a graph's buffer reused after the capture is caught", "[judge]
   }
 }
 
-TEST_CASE("judge: a destroyed stream is dead; a new stream with its handle is another stream", "[judge][streams]") {
+TEST_CASE("judge: a destroyed stream is dead, a new stream with its handle is another stream", "[judge][streams]") {
   setup t;
   auto ops = t.m.streams();
   const auto doomed = t.m.create_stream(device_id{0});

@@ -83,7 +83,7 @@ TEST_CASE("realdata: placement on the real DGX-1, PCIe boxes and NV18 machines",
   REQUIRE(h[0].path == "NV18");
 }
 
-TEST_CASE("peer access: lazily, once per pair; beyond 8 peers, staged", "[placement][peers]") {
+TEST_CASE("peer access: lazily, once per pair, beyond 8 peers, staged", "[placement][peers]") {
   // Ten GPUs behind one PCIe switch (no NVSwitch): every pair could connect.
   std::vector<mgm::sim::device_spec> specs(10, {"GPU", GiB, 80, 0, true});
   std::vector<mgm::gpu_info> gpus(10);

@@ -22,7 +22,7 @@ using namespace std::chrono_literals;
 
 using namespace pool_test;
 
-TEST_CASE("pool: a small block freed beside free memory is found again; observers see it merged", "[pool][deferred]") {
+TEST_CASE("pool: a small block freed beside free memory is found again, observers see it merged", "[pool][deferred]") {
   judged_pool j;
   const auto s = j.m.create_stream(device_id{0});
   void* a = j.pool.allocate_async(4 * KiB, 256, s);

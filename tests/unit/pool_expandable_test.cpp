@@ -372,7 +372,7 @@ TEST_CASE("expandable: the mapping policy's arithmetic", "[pool][expandable]") {
   REQUIRE(p.padded(100 * MiB, 100 * MiB) == 100 * MiB);
 }
 
-TEST_CASE("expandable: a growth the device cannot hold is not begun; idle memory goes back first",
+TEST_CASE("expandable: a growth the device cannot hold is not begun, idle memory goes back first",
           "[pool][expandable][oom]") {
   using mgm::sim::driver_call;
   pool_test::judged_setup s{"4GiB", mgm::pool_options{}};  // chunks of at most 8 MiB; no hazard at the end

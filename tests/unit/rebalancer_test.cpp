@@ -347,7 +347,7 @@ TEST_CASE("rebalancer: a tenant arrives (items leave within two readings), leave
   REQUIRE(returned == moved_at + o.cooldown_steps);
 }
 
-TEST_CASE("rebalancer: a lost GPU's items are re-placed at once; a missing reading keeps the last one", "[rebalancer]") {
+TEST_CASE("rebalancer: a lost GPU's items are re-placed at once, a missing reading keeps the last one", "[rebalancer]") {
   const auto links = four_gpus();
   const std::vector<std::size_t> total{80 * GiB, 80 * GiB, 80 * GiB, 80 * GiB};
   mgm::rebalancer_options o;
@@ -555,7 +555,7 @@ TEST_CASE("rebalancer: review cases (items lost with no room, a first missing re
   REQUIRE_THROWS_WITH(mgm::route_moves({1, 0}, {1, 0}, nullptr), Catch::Contains("1 items to send, room for 0"));
 }
 
-TEST_CASE("rebalance_driver: plan() shows a change only once its moves are done; stop() from a callback", "[rebalancer]") {
+TEST_CASE("rebalance_driver: plan() shows a change only once its moves are done, stop() from a callback", "[rebalancer]") {
   mgm::rebalancer_options o;
   o.hold_steps = 1;
   o.readings_include_items = false;

@@ -65,7 +65,7 @@ TEST_CASE("gpuz: padded fields, trailing comma, Windows-1252, CRLF, a repeated c
   REQUIRE(read_gpuz_log(text, named).samples[0].name == "RTX 3060");
 }
 
-TEST_CASE("gpuz: bad rows are issues naming the line; strict throws; the column name is UTF-8", "[telemetry]") {
+TEST_CASE("gpuz: bad rows are issues naming the line, strict throws, the column name is UTF-8", "[telemetry]") {
   const std::string text =
       "        Date        , GPU Temperature [\xB0" "C] , Memory Used [MB] ,\r\n"
       "2021-08-02 23:28:33 ,               67.0   ,           1697   ,\r\n"

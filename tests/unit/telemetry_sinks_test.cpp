@@ -82,7 +82,7 @@ TEST_CASE("csv sink: write then read gives the same samples, with and without un
   }
 }
 
-TEST_CASE("csv sink: to a file, complete after each batch; a bad path names itself", "[telemetry]") {
+TEST_CASE("csv sink: to a file, complete after each batch, a bad path names itself", "[telemetry]") {
   const auto path = std::filesystem::temp_directory_path() / "mgm_telemetry_formats_test.csv";
   {
     csv_sink sink{path};
@@ -160,7 +160,7 @@ TEST_CASE("jsonl sink: one object per sample, every field read back exactly", "[
   REQUIRE_FALSE(log.samples[1].memory_used.has_value());
 }
 
-TEST_CASE("jsonl: bad lines are issues naming the line; strict throws", "[telemetry]") {
+TEST_CASE("jsonl: bad lines are issues naming the line, strict throws", "[telemetry]") {
   const std::string text =
       "{\"timestamp\":\"2025-06-13T00:27:52.195Z\",\"index\":0,\"name\":\"a\",\"memory.used\":1}\n"
       "{\"timestamp\":\"2025-06-13T00:27:52.195Z\",\"index\":0,\"name\":\"a\",\"memory.used\":\"lots\"}\n"

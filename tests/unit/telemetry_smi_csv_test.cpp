@@ -85,7 +85,7 @@ TEST_CASE("smi csv: header and values with units, the usual nvidia-smi log", "[t
   REQUIRE_FALSE(s.power_limit_w.has_value());
 }
 
-TEST_CASE("smi csv: nounits values under a header that keeps units; aliases", "[telemetry]") {
+TEST_CASE("smi csv: nounits values under a header that keeps units, aliases", "[telemetry]") {
   const auto log = read_smi_csv(
       "timestamp, index, memory.used [MiB], power.draw.instant [W], power.draw.average [W], clocks.sm [MHz], "
       "clocks.mem [MHz], pcie.link.gen.gpucurrent, enforced.power.limit [W], utilization.memory [%]\n"
@@ -132,7 +132,7 @@ TEST_CASE("smi csv: a human nvidia-smi table before the header is skipped, not a
   REQUIRE(log.samples[0].memory_used == 10 * mib);
 }
 
-TEST_CASE("smi csv: NUL bytes are dropped; a line they cut short is an issue, not shifted columns", "[telemetry]") {
+TEST_CASE("smi csv: NUL bytes are dropped, a line they cut short is an issue, not shifted columns", "[telemetry]") {
   const std::string text =
       "index, name, memory.used [MiB], temperature.gpu\n"
       "0, A, 1 MiB, 30\n"s +
@@ -157,7 +157,7 @@ TEST_CASE("smi csv: NUL bytes are dropped; a line they cut short is an issue, no
   }
 }
 
-TEST_CASE("smi csv: interleaved GPUs sharing index 0 are told apart by name; no timestamps", "[telemetry]") {
+TEST_CASE("smi csv: interleaved GPUs sharing index 0 are told apart by name, no timestamps", "[telemetry]") {
   log_read_options o;
   o.assumed_interval = std::chrono::duration<double>{10.0};
   const auto log = read_smi_csv(
@@ -177,7 +177,7 @@ TEST_CASE("smi csv: interleaved GPUs sharing index 0 are told apart by name; no 
   REQUIRE(unix_ms(log.samples[3].time) == 20000);
 }
 
-TEST_CASE("smi csv: noheader needs the columns option; with it, it reads", "[telemetry]") {
+TEST_CASE("smi csv: noheader needs the columns option, with it, it reads", "[telemetry]") {
   const std::string text = "0, NVIDIA GeForce RTX 4090, 10602 MiB, 24564 MiB\n1, NVIDIA GeForce RTX 4080, 2 MiB, 16376 MiB\n";
   REQUIRE_THROWS_AS(read_gpu_log(text), mgm::parse_error);
   REQUIRE_THROWS_AS(read_smi_csv(text), mgm::parse_error);
@@ -211,7 +211,7 @@ TEST_CASE("smi csv: a script's own columns: units in the name, gpu_id, no spaces
   REQUIRE(log.samples[0].power_draw_w == 71.43);
 }
 
-TEST_CASE("smi csv: `gpu` takes precedence over `index`; ISO times with an offset", "[telemetry]") {
+TEST_CASE("smi csv: `gpu` takes precedence over `index`, ISO times with an offset", "[telemetry]") {
   const auto log = read_smi_csv(
       "timestamp,gpu,index,memory.used,memory.total,power.draw,temperature.gpu\n"
       "2025-09-08T17:26:50+08:00,0, 0, 4, 81559, 74.01, 33\n"
@@ -224,7 +224,7 @@ TEST_CASE("smi csv: `gpu` takes precedence over `index`; ISO times with an offse
   REQUIRE(log.samples[0].memory_used == 4 * mib);  // no unit: MiB
 }
 
-TEST_CASE("smi csv: Unix seconds; no index column numbers GPUs by first appearance", "[telemetry]") {
+TEST_CASE("smi csv: Unix seconds, no index column numbers GPUs by first appearance", "[telemetry]") {
   const auto log = read_smi_csv(
       "timestamp,memory.used,memory.total,utilization.gpu\n"
       "1762903990,1, 24564, 0\n"
@@ -258,7 +258,7 @@ TEST_CASE("smi csv: --query-compute-apps goes to process rows", "[telemetry]") {
   REQUIRE(format_smi_time(log.process_rows[1].time) == "2024/03/12 17:48:46.990");
 }
 
-TEST_CASE("smi csv: strict and lenient on bad lines; errors name the line and column", "[telemetry]") {
+TEST_CASE("smi csv: strict and lenient on bad lines, errors name the line and column", "[telemetry]") {
   const std::string text =
       "timestamp, index, memory.used [MiB]\n"
       "2024/03/12 17:48:46.990, 0, 1 MiB\n"

@@ -124,7 +124,7 @@ TEST_CASE("smi xml: GPUs in document order, MIG memory not the GPU's, N/A empty,
   CHECK(read_gpu_log(xml_doc("Fri Jan 27 11:32:31 2023", "38 MiB")).format == "nvidia-smi-xml");
 }
 
-TEST_CASE("smi xml: -l appends documents; each is a time point; a cut-off last one is an issue", "[telemetry]") {
+TEST_CASE("smi xml: -l appends documents, each is a time point, a cut-off last one is an issue", "[telemetry]") {
   std::string text = xml_doc("Fri Jan 27 11:32:31 2023", "38 MiB") + xml_doc("Fri Jan 27 11:32:36 2023", "1038 MiB") +
                      xml_doc("Fri Jan 27 11:32:41 2023", "2038 MiB");
   auto log = read_smi_query_xml(text);
@@ -329,7 +329,7 @@ TEST_CASE("smi text: a real -q of two A100s, every metric from its section", "[t
   CHECK(b.power_draw_w == Approx(87.03));
 }
 
-TEST_CASE("smi text: -l appends runs; each banner is a time point, GPUs renumbered per run", "[telemetry]") {
+TEST_CASE("smi text: -l appends runs, each banner is a time point, GPUs renumbered per run", "[telemetry]") {
   // Three copies of the real excerpt, each with its own Timestamp and GPU 0's memory.
   const std::string real{mgm_test::smi_q_2x_a100_80gb_m4logs};
   std::string text;
@@ -352,7 +352,7 @@ TEST_CASE("smi text: -l appends runs; each banner is a time point, GPUs renumber
   }
 }
 
-TEST_CASE("smi text: -q -d MEMORY (a real paste); appended runs without banners", "[telemetry]") {
+TEST_CASE("smi text: -q -d MEMORY (a real paste), appended runs without banners", "[telemetry]") {
   auto log = read_gpu_log(smi_q_memory_rtx2080, strict());
   CHECK(log.format == "nvidia-smi-q");
   REQUIRE(log.samples.size() == 1);
@@ -373,7 +373,7 @@ TEST_CASE("smi text: -q -d MEMORY (a real paste); appended runs without banners"
   CHECK(log.samples[1].index == 0);
 }
 
-TEST_CASE("smi text: MIG instances' memory is not the GPU's; bad values name the line", "[telemetry]") {
+TEST_CASE("smi text: MIG instances' memory is not the GPU's, bad values name the line", "[telemetry]") {
   // The real -q -d MEMORY paste with a `MIG Devices` section put before the GPU's own memory.
   const auto mig = replace_once(smi_q_memory_rtx2080, "    FB Memory Usage\n",
                                 "    MIG Devices\n"
@@ -445,7 +445,7 @@ TEST_CASE("smi tables: '|', Markdown, tabs and aligned blanks read as the CSV do
   }
 }
 
-TEST_CASE("smi tables: a row that does not fit is an issue; without a header the hint names --columns", "[telemetry]") {
+TEST_CASE("smi tables: a row that does not fit is an issue, without a header the hint names --columns", "[telemetry]") {
   const std::string table = "timestamp | index | memory.used [MiB]\n"
                             "2025/06/13 00:27:52.195 | 0 | 1094 MiB\n"
                             "2025/06/13 00:27:53.195 | 0\n";

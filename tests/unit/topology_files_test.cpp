@@ -272,7 +272,7 @@ TEST_CASE("NCCL XML: malformed text names the line and column", "[topology][xml]
 
 // ---- NVLink generations (issue 15: one table for presets and files) ----------------------------
 
-TEST_CASE("NVLink: one table by generation, named; presets and files take the same one", "[topology]") {
+TEST_CASE("NVLink: one table by generation, named, presets and files take the same one", "[topology]") {
   const auto gens = mgm::nvlink_generations();
   REQUIRE(gens.size() == 6);
   for (std::size_t i = 1; i < gens.size(); ++i) REQUIRE(gens[i].min_cc > gens[i - 1].max_cc);  // one row per capability
