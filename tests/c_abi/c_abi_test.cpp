@@ -282,6 +282,35 @@ TEST_CASE("C ABI: a memory fraction fails allocations readably, and torch_alloc 
   c.free(big, GiB, 2, nullptr);
 }
 
+TEST_CASE("C ABI: PyTorch's init, empty_cache and set_memory_fraction hooks, as it calls them", "[c_abi]") {
+  const auto c = open_library();
+  const auto init = c.get<void(int)>("mgm_torch_init");
+  const auto empty_cache = c.get<void()>("mgm_torch_empty_cache");
+  const auto set_fraction = c.get<void(double, int)>("mgm_torch_set_memory_fraction");
+  init(0);  // before PyTorch knows its devices: no pool is made, nothing fails
+  init(c.device_count());
+  // A fraction caps the device's pool; the hook returns nothing, so a bad one is only logged.
+  set_fraction(0.01, 3);
+  REQUIRE(c.alloc(GiB, 3, nullptr) == nullptr);
+  set_fraction(2.0, 3);  // refused: the cap of 1 % stays
+  REQUIRE(std::string{c.last_error()}.find("not in [0, 1]") != std::string::npos);
+  REQUIRE(c.alloc(GiB, 3, nullptr) == nullptr);
+  set_fraction(1.0, 3);
+  // empty_cache gives back what is cached, and what is live stays.
+  void* live = c.alloc(256 * MiB, 3, nullptr);
+  void* cached = c.alloc(GiB, 3, nullptr);
+  REQUIRE(live != nullptr);
+  REQUIRE(cached != nullptr);
+  c.free(cached, GiB, 3, nullptr);
+  const auto before = stats_of(c, 3);
+  REQUIRE(before["reserved_bytes.all.current"].get<std::int64_t>() >= static_cast<std::int64_t>(GiB + 256 * MiB));
+  empty_cache();
+  const auto after = stats_of(c, 3);
+  REQUIRE(after["reserved_bytes.all.current"].get<std::int64_t>() < static_cast<std::int64_t>(GiB));
+  REQUIRE(after["allocated_bytes.all.current"].get<std::int64_t>() >= static_cast<std::int64_t>(256 * MiB));
+  c.free(live, 256 * MiB, 3, nullptr);
+}
+
 TEST_CASE("C ABI: under a memory fraction, every request that fits is served", "[c_abi]") {
   // The pool maps ahead of a request; under a fraction it must never map ahead past the cap, or a
   // request that fits would fail.

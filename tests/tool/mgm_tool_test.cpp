@@ -421,6 +421,27 @@ TEST_CASE("mgm plan --watch: a tenant, then a lost GPU, each change one JSON lin
   CHECK(text.rc == 0);
   CHECK(text.out.find("plan: GPU0 2, GPU1 2") != std::string::npos);
   CHECK(text.out.find("0 changes, 0 failed readings") != std::string::npos);
+  // A bare --watch reads every 5 s.
+  const auto bare = run_mgm("--sim 2x8GiB plan --items 4 --bytes-per-item 1GiB --watch --duration 0.2s");
+  CHECK(bare.rc == 0);
+  CHECK(bare.out.find("every 5s") != std::string::npos);
+
+  // The same tenant in text: the reason, then each move and the new plan, on lines of their own.
+  std::ofstream{cfg} << config(0, false);
+  const std::string text_script = "until grep -q plan: " + out + " || ! kill -0 $$; do sleep 0.05; done; sleep 0.3; " + swap +
+                                  "until grep -q \"GPU1 -> GPU0\" " + out + " || ! kill -0 $$; do sleep 0.05; done; sleep 0.3; kill -INT $$";
+  const auto t = run_mgm("plan --items 100 --bytes-per-item 256MiB --reserve 1GiB --watch 100ms --duration 60s", env,
+                         "sh -c '(" + text_script + R"() & exec "$0" "$@"')");
+  INFO(t.out << t.err);
+  REQUIRE(t.rc == 0);
+  CHECK(t.out.find("plan: GPU0 50, GPU1 50") != std::string::npos);
+  const auto reason = t.out.find("differs by");
+  REQUIRE(reason != std::string::npos);
+  const auto move = t.out.find("GPU1 -> GPU0", reason);
+  REQUIRE(move != std::string::npos);
+  CHECK(t.out.find("items", move) != std::string::npos);
+  CHECK(t.out.find("plan: GPU0 ", move) != std::string::npos);
+  CHECK(t.out.find("1 changes") != std::string::npos);
 }
 
 TEST_CASE("mgm replay: replay_result JSON, devices in parallel, async needs a GPU", "[tool]") {
