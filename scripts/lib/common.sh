@@ -5,7 +5,7 @@ mgm_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # The packages each kind of build needs.
 MGM_BUILD_PACKAGES=(cmake ninja-build g++ make pkg-config nlohmann-json3-dev libcli11-dev libpugixml-dev libfmt-dev libboost-dev)
-MGM_TEST_PACKAGES=(catch2 libbenchmark-dev librapidcheck-dev jq python3 python3-pytest librsvg2-bin prometheus)
+MGM_TEST_PACKAGES=(catch2 libbenchmark-dev librapidcheck-dev jq python3 python3-pytest python3-yaml librsvg2-bin prometheus)
 MGM_CI_PACKAGES=(clang-14 libclang-rt-14-dev valgrind)
 
 mgm_find_cuda() {
