@@ -3,6 +3,8 @@
 
 #include "run_mgm.hpp"
 
+#include <mgm/sim/machine.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -67,4 +69,33 @@ TEST_CASE("mgm topo --format slurm: Links= from NVLink counts, File= by index wi
   CHECK(mixed.out.find("Links=-1,0,0,0\n") != std::string::npos);
   CHECK(run_mgm("--sim dgx-h100 topo --format slurm --json").rc == 1);
   CHECK(run_mgm("--sim dgx-h100 topo --format nccl").rc == 1);
+}
+
+TEST_CASE("gres_conf: NVML's minor numbers and Cores= where known, comments naming what is not", "[tool]") {
+  const auto m = mgm::sim::machine::from_string("dgx-h100");
+  mgm_tool::gres_input in;
+  in.source = "this machine";
+  in.minor_note = "NVML gave none";
+  in.cores_note = "/sys does not say";
+  in.gpus.resize(8);
+  for (unsigned a = 0; a < 8; ++a) {
+    if (a != 5) in.gpus[a].minor = 7 - a;  // minors need not follow the index
+    if (a < 4) in.gpus[a].cores = "0-55";
+  }
+  const std::string all = mgm_tool::gres_conf(m.links(), in);
+  INFO(all);
+  CHECK(all.find("Name=gpu File=/dev/nvidia7 Cores=0-55 Links=-1,18,18,18,18,18,18,18\n") != std::string::npos);
+  CHECK(all.find("Name=gpu File=/dev/nvidia4 Cores=0-55 Links=18,18,18,-1,18,18,18,18\n") != std::string::npos);
+  CHECK(all.find("Name=gpu File=/dev/nvidia3 Links=18,18,18,18,-1,18,18,18\n") != std::string::npos);
+  // GPU 5 alone has no minor: its own comment, and its index.
+  CHECK(all.find("# GPU 5: /dev/nvidia5 is its index, not NVML's minor number (NVML gave none)\n"
+                 "Name=gpu File=/dev/nvidia5 Links=") != std::string::npos);
+  CHECK(all.find("# Cores= left out: /sys does not say.") != std::string::npos);
+  CHECK(all.find("N is the GPU's index") == std::string::npos);  // not every GPU is by index
+  // Every GPU known: no comment on minors or cores.
+  for (unsigned a = 0; a < 8; ++a) in.gpus[a] = {7 - a, "0-55"};
+  const std::string known = mgm_tool::gres_conf(m.links(), in);
+  CHECK(known.find("not NVML's minor") == std::string::npos);
+  CHECK(known.find("Cores= left out") == std::string::npos);
+  CHECK(known.find("Name=gpu File=/dev/nvidia2 Cores=0-55 Links=18,18,18,18,18,-1,18,18\n") != std::string::npos);
 }
