@@ -8,7 +8,8 @@
 //   "clock_sm", "clock_mem", "pcie_gen", "pcie_width", "pcie_rx_kbs", "pcie_tx_kbs",
 //   "nvlinks": [1, 1, 0], "utilization": [gpu, mem], "processes": [{"pid", "name", "used"}],
 //   "unsupported": ["power", "temperature", "clocks", "pcie", "nvlink", "utilization", "processes", "memory"],
-//   "lost": true}]}   (a lost GPU answers its memory query with NVML_ERROR_GPU_IS_LOST)
+//   "lost": true, "delay_ms": 0}]}   (a lost GPU answers its memory query with NVML_ERROR_GPU_IS_LOST;
+//   "delay_ms" makes its memory query take that long, as a driver busy with a hung GPU does)
 // With "reload": true the file is read again at each memory query, so a test can change the GPUs
 // under a running mgm (it replaces the file by a rename).
 #include "nvml_abi.hpp"
@@ -16,10 +17,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace abi = mgm::nvml_abi;
@@ -53,6 +56,11 @@ const nlohmann::json* device_of(abi::device_t d) {
   if (slot == 0) return &dev;
   if (!dev.contains("mig") || slot > dev["mig"].size()) return nullptr;
   return &dev["mig"][slot - 1];
+}
+
+void slow_down(const nlohmann::json& dev) {
+  const auto ms = dev.value("delay_ms", 0);
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds{ms});
 }
 
 bool unsupported(const nlohmann::json& dev, const char* what) {
@@ -252,6 +260,7 @@ FAKE_API abi::return_t nvmlDeviceGetMemoryInfo_v2(abi::device_t d, abi::memory_v
   reload_if_asked();
   const auto* dev = device_of(d);
   if (dev == nullptr) return abi::error_invalid_argument;
+  slow_down(*dev);
   if (dev->value("lost", false)) return abi::error_gpu_is_lost;
   state().last_memory_version = m->version;
   if (m->version != abi::memory_v2_version) return abi::error_argument_version_mismatch;
@@ -286,6 +295,7 @@ FAKE_API abi::return_t nvmlDeviceGetMemoryInfo(abi::device_t d, abi::memory_v1_t
   reload_if_asked();
   const auto* dev = device_of(d);
   if (dev == nullptr) return abi::error_invalid_argument;
+  slow_down(*dev);
   if (dev->value("lost", false)) return abi::error_gpu_is_lost;
   if (unsupported(*dev, "memory")) return abi::error_not_supported;
   const auto& mem = (*dev)["memory"];
