@@ -446,6 +446,42 @@ TEST_CASE("rebalance_driver: failed readings, a throwing callback and a thread w
   REQUIRE(threaded.plan().counts[5] < 30);  // from 50
 }
 
+TEST_CASE("rebalance_driver: readings of the wrong GPUs are refused, a throwing event callback is ignored", "[rebalancer]") {
+  const std::vector<std::size_t> total{40 * GiB, 40 * GiB};
+  mgm::rebalancer_options o;
+  o.hold_steps = 1;
+  o.readings_include_items = false;
+  std::vector<std::size_t> now{40 * GiB, 40 * GiB};
+  int event_calls = 0;
+  mgm::rebalance_driver d{mgm::rebalancer{job(total, 40, GiB), o}, [&] { return readings(now); },
+                          std::chrono::milliseconds{1}, [](const mgm::rebalance_decision&) {},
+                          [&](const mgm::rebalance_event&) {
+                            ++event_calls;
+                            throw std::runtime_error{"the log is full"};
+                          },
+                          false};
+  REQUIRE(d.turn().what == mgm::rebalance_event::kind::stayed);
+  now = {40 * GiB, 40 * GiB, 40 * GiB};  // a third GPU appeared in the readings: not this plan's
+  const auto refused = d.turn();
+  REQUIRE(refused.what == mgm::rebalance_event::kind::reading_failed);
+  REQUIRE_THAT(refused.message, Catch::Contains("3"));
+  REQUIRE(d.plan().counts == std::vector<std::size_t>{20, 20});
+  now = {10 * GiB, 40 * GiB};
+  REQUIRE(d.turn().what == mgm::rebalance_event::kind::moved);  // the loop goes on
+  REQUIRE(d.plan().counts[0] <= 10);
+  REQUIRE(event_calls == 3);  // every turn told, every throw swallowed
+  REQUIRE(d.errors() == 1);
+  REQUIRE(d.changes() == 1);
+  // On its thread too: the loop keeps turning while the event callback throws.
+  mgm::rebalance_driver threaded{mgm::rebalancer{job(total, 40, GiB), o}, [] { return readings({40 * GiB, 40 * GiB}); },
+                                 std::chrono::milliseconds{1}, [](const mgm::rebalance_decision&) {},
+                                 [](const mgm::rebalance_event&) { throw 42; }};
+  for (int spin = 0; spin < 5000 && threaded.turns() < 5; ++spin) std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  threaded.stop();
+  REQUIRE(threaded.turns() >= 5);
+  REQUIRE(threaded.errors() == 0);
+}
+
 TEST_CASE("readings_from: the simulator's batch, a lost GPU, a foreign process, pool cache as free", "[rebalancer]") {
   auto m = mgm::sim::machine::preset("pcie-4gpu-mixed");
   m.hold_foreign(mgm::device_id{1}, 99, "other-job", 4 * GiB);
