@@ -401,6 +401,7 @@ TEST_CASE("C ABI: MGM_ALLOC_CONF takes PyTorch's keys it honours and refuses the
   REQUIRE(in_child("child: refused key", "MGM_ALLOC_CONF=roundup_power2_divisions:4 MGM_EXPECT=roundup_power2_divisions "
                                          "MGM_EXPECT2=segment_round"));
   REQUIRE(in_child("child: bad machine", "MGM_C_SIM_CHILD=no-such-machine"));
+  REQUIRE(in_child("child: not simulated", ""));
   REQUIRE_FALSE(in_child("child: refused key", "MGM_ALLOC_CONF=max_split_size_mb:64 MGM_EXPECT=x MGM_EXPECT2=y"));  // can fail
 }
 
@@ -417,6 +418,16 @@ TEST_CASE("child: refused key", "[.]") {
   const std::string why = c.last_error();
   REQUIRE(why.find(std::getenv("MGM_EXPECT")) != std::string::npos);
   REQUIRE(why.find(std::getenv("MGM_EXPECT2")) != std::string::npos);
+}
+
+// Without MGM_C_SIM the library runs on CUDA: no simulated streams, on a GPU or (here) on none.
+TEST_CASE("child: not simulated", "[.]") {
+  auto c = open_library("");
+  ::unsetenv("MGM_C_SIM");
+  REQUIRE(c.create_stream(0) == nullptr);
+  const std::string why = c.last_error();
+  CHECK(!why.empty());
+  if (c.device_count() > 0) CHECK(why.find("MGM_C_SIM is not set") != std::string::npos);
 }
 
 TEST_CASE("child: bad machine", "[.]") {

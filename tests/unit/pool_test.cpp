@@ -508,6 +508,29 @@ TEST_CASE("pool options: MGM_ALLOC_CONF", "[pool][options]") {
   REQUIRE_THROWS_WITH(mgm::pool_options::parse("large_segment:1000"), Catch::Contains("multiple of round"));
 }
 
+TEST_CASE("pool options: every PYTORCH_CUDA_ALLOC_CONF key not honoured is refused by name, with a reason", "[pool][options]") {
+  for (const char* key : {"garbage_collection_threshold", "roundup_power2_divisions", "roundup_bypass_threshold_mb",
+                          "max_non_split_rounding_mb", "release_lock_on_cudamalloc", "pinned_use_cuda_host_register",
+                          "pinned_num_register_threads", "pinned_use_background_threads", "backend",
+                          "per_process_memory_fraction", "graph_capture_record_stream_reuse"}) {
+    INFO(key);
+    // As pasted from PyTorch: the refused key among honoured ones, never half-applied.
+    const std::string conf = std::string{"max_split_size_mb:128,"} + key + ":1,expandable_segments:True";
+    try {
+      (void)mgm::pool_options::parse(conf);
+      FAIL("accepted");
+    } catch (const mgm::parse_error& e) {
+      const std::string what = e.what();
+      CHECK(what.find(std::string{key} + " (a PYTORCH_CUDA_ALLOC_CONF key) is not honoured: ") != std::string::npos);
+      CHECK(what.size() > std::string{key}.size() + 60);  // a reason follows
+      CHECK(e.column() == 23);
+    }
+  }
+  // The keys it honours, in PyTorch's spelling.
+  const auto o = mgm::pool_options::parse("max_split_size_mb:64,expandable_segments:False");
+  CHECK(o.max_split_bytes == 64 * MiB);
+}
+
 TEST_CASE("multi_device_pool: a pool per device, made on first use", "[pool][multi]") {
   auto m = mgm::sim::machine::preset("dgx-h100");
   mgm::multi_device_pool<mgm::sim::device_allocator> pools{
