@@ -341,6 +341,7 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
               "node %s has %d items for %d of %d GiB" % (n["node"], n["items"], usable[n["node"]], sum(usable.values())))
         check({str(g["gpu"]): g["free_bytes"] for g in n["gpus"]} == nodes[n["node"]], "node %s's GPUs" % n["node"])
         check(sum(g["items"] for g in n["gpus"]) == n["items"], "node %s's GPUs do not add up" % n["node"])
+        check(all("uuid" in g for g in n["gpus"]), "node %s's GPUs lack a uuid (null for simulated GPUs)" % n["node"])
         inner = begin
         for g in sorted(n["gpus"], key=lambda g: g["range"][0]):
             check(g["range"] == [inner, inner + g["items"]], "GPU %d of %s: range %s" % (g["gpu"], n["node"], g["range"]))
@@ -353,6 +354,8 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     check(out["source"].startswith("DCGM_FI_DEV_FB_FREE") and len(out["nodes"]) == 1, "dcgm plan: %s" % out)
     check({g["gpu"]: g["free_bytes"] for g in out["nodes"][0]["gpus"]} == {i: m * MIB for i, m in dcgm_free_mib.items()},
           "dcgm free memory: %s" % out["nodes"][0]["gpus"])
+    check({g["gpu"]: g["uuid"] for g in out["nodes"][0]["gpus"]} == {0: "GPU-dcgm-0", 1: "GPU-dcgm-1"},
+          "dcgm-exporter's UUID labels in the plan: %s" % out["nodes"][0]["gpus"])
     # plan --watch over the cluster: GPU 0 of the dcgm node loses most of its memory; the items
     # follow within a few readings (Prometheus scrapes each second), one JSON line for the change.
     watch = procs.start([mgm, "--json", "plan", "--prometheus", api, "--selector", '{job="dcgm"}', "--items", "60",
@@ -377,6 +380,12 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     check(r.returncode == 0, "plan over MIG instances: rc %d: %s" % (r.returncode, r.stderr))
     migs = [(g["gpu"], g["gpu_instance_id"], g["free_bytes"]) for g in json.loads(r.stdout)["nodes"][0]["gpus"]]
     check(migs == [(0, 1, 32 << 30), (0, 5, 20 << 30)], "MIG plan: %s" % migs)
+    check([g["uuid"] for g in json.loads(r.stdout)["nodes"][0]["gpus"]] == ["MIG-one", "MIG-two"], "MIG plan's UUIDs")
+    # The MIG node's exposition (instances, and a GPU whose memory NVML cannot read) passes the lint too.
+    status, mig_text = get("http://%s/metrics" % flaky_addr)
+    lint = subprocess.run([promtool, "check", "metrics"], input=mig_text, capture_output=True, text=True)
+    check(status == 200 and lint.returncode == 0, "promtool check metrics on the MIG node: %d, rc %d: %s%s" %
+          (status, lint.returncode, lint.stdout, lint.stderr))
     mig_series = query('mgm_gpu_memory_total_bytes{job="nvml", mig_profile="3g.40gb"}')
     check(len(mig_series) == 1 and mig_series[0]["metric"]["gpu_instance_id"] == "1" and
           float(mig_series[0]["value"][1]) == 40 << 30, "the MIG instance's series: %s" % mig_series)
