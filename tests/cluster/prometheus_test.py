@@ -232,10 +232,12 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     # A stand-in for dcgm-exporter on the same loopback: its names and labels, MiB.
     dcgm_free_mib = {0: 70000, 1: 20000}  # changed by the plan --watch check below
 
+    dcgm_gpus = [0, 1]  # GPU 1 leaves the exposition in the plan --watch check below
+
     def dcgm_text():
         text = "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n# TYPE DCGM_FI_DEV_FB_USED gauge\n"
         for name, values in (("USED", {0: 1000, 1: 2000}), ("FREE", dict(dcgm_free_mib))):
-            for i in range(2):
+            for i in list(dcgm_gpus):
                 text += ('DCGM_FI_DEV_FB_%s{gpu="%d",UUID="GPU-dcgm-%d",pci_bus_id="00000000:%02X:00.0",device="nvidia%d",'
                          'modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-h100"} %d\n' % (name, i, i, 0x18 + i, i, values[i]))
         return text
@@ -370,7 +372,23 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     check(change["event"] == "moved" and change["counts"][gpu0] == 13 and change["counts"][gpu1] == 47 and
           change["moves"][0]["from"] == gpu0 and change["moves"][0]["items"] == 34,
           "the watch's change: %s" % change)
+    # GPU 1's series leave (dcgm-exporter lost it) while GPU 0 gains room for every item: the first
+    # two missed readings keep GPU 1's last figures (and say so), the third makes it lost, and what
+    # is left on it is rebuilt on GPU 0.
+    dcgm_free_mib[0] = 70000
+    dcgm_gpus.remove(1)
+    seen = []
+    while len(seen) < 20:
+        seen.append(json.loads(read_line(watch, "plan --watch --prometheus after GPU 1's series left", timeout=30.0)))
+        if "lost" in seen[-1]:
+            break
+    lost = seen[-1]
+    missed = [e for e in seen[:-1] if "no memory reading" in " ".join(e.get("notes", []))]
+    check(len(missed) >= 2, "the readings GPU 1 missed before it was lost: %s" % seen)
+    check(lost.get("lost") == [gpu1] and lost["counts"][gpu1] == 0 and lost["counts"][gpu0] == 60 and
+          any(m["from_lost"] for m in lost.get("moves", [])), "the watch's lost GPU: %s" % seen)
     check(procs.stop(watch) == 0, "plan --watch did not stop on SIGTERM with 0: %s" % Processes.stderr_of(watch))
+    dcgm_gpus.append(1)
     dcgm_free_mib[0], dcgm_free_mib[1] = 70000, 20000
 
     check(plan("--selector", '{job="mgm"}').returncode == 0 and "contiguous" in plan("--selector", '{job="mgm"}').stdout,
