@@ -201,6 +201,16 @@ TEST_CASE("C ABI: record_stream, a graph capture, size 0, base_alloc", "[c_abi]"
   REQUIRE(during != nullptr);
   c.free(during, 8 * MiB, 1, g);
   REQUIRE(c.end_capture(g) == 0);
+  // The graph's memory stays its own once the capture ends: a replay writes to it, so no request
+  // after the capture, on its stream or another, is handed that block.
+  void* after_on_g = c.alloc(8 * MiB, 1, g);
+  void* after_elsewhere = c.alloc(8 * MiB, 1, nullptr);
+  REQUIRE(after_on_g != nullptr);
+  REQUIRE(after_elsewhere != nullptr);
+  CHECK(after_on_g != during);
+  CHECK(after_elsewhere != during);
+  c.free(after_on_g, 8 * MiB, 1, g);
+  c.free(after_elsewhere, 8 * MiB, 1, nullptr);
   REQUIRE(c.begin_capture(nullptr) == -1);  // the default stream cannot capture
   // Size 0: no memory, no error (in a thread whose last error is empty).
   std::thread{[&] {
@@ -225,6 +235,31 @@ TEST_CASE("C ABI: record_stream, a graph capture, size 0, base_alloc", "[c_abi]"
   auto forget = c.get<int(int, void*)>("mgm_forget_stream");
   REQUIRE(forget(0, s2) == 0);
   REQUIRE(forget(0, nullptr) == -1);  // the default stream cannot be forgotten
+}
+
+TEST_CASE("C ABI: each thread's strings live until its own next call, whatever other threads do", "[c_abi]") {
+  const auto c = open_library();
+  void* held = c.alloc(3 * MiB, 0, nullptr);
+  REQUIRE(held != nullptr);
+  const char* mine = c.stats(0);
+  const char* my_snapshot = c.snapshot(0);
+  REQUIRE(mine != nullptr);
+  REQUIRE(my_snapshot != nullptr);
+  const std::string stats_copy = mine, snapshot_copy = my_snapshot;
+  std::thread other{[&] {
+    for (int i = 0; i < 200; ++i) {
+      void* p = c.alloc(MiB, 1, nullptr);
+      (void)c.stats(1);
+      (void)c.snapshot(1);
+      (void)c.alloc(GiB * 1024, 1, nullptr);  // fails: sets this thread's error
+      c.free(p, MiB, 1, nullptr);
+    }
+  }};
+  other.join();
+  CHECK(std::string{mine} == stats_copy);  // the same buffer, untouched by the other thread
+  CHECK(std::string{my_snapshot} == snapshot_copy);
+  CHECK(std::string{c.last_error()}.empty());  // the other thread's error is its own
+  c.free(held, 3 * MiB, 0, nullptr);
 }
 
 TEST_CASE("C ABI: a memory fraction fails allocations readably, and torch_alloc throws out_of_memory", "[c_abi]") {
