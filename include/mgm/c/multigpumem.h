@@ -74,7 +74,9 @@ MGM_C_API size_t mgm_empty_cache(void);
  * taken a segment past the cap for a moment. 0, or -1 for a bad fraction or device. */
 MGM_C_API int mgm_set_memory_fraction(double fraction, int device);
 /* `device`'s pool statistics as JSON, in torch.cuda.memory_stats()'s flat keys
- * ("allocated_bytes.all.current", ...) plus "mgm.*" keys; NULL on failure. */
+ * ("allocated_bytes.all.current", ...) plus "mgm.*" keys; NULL on failure. Only the ".all."
+ * figures exist: the pool does not count its small and large pools apart, so there are no
+ * ".small_pool." or ".large_pool." keys. */
 MGM_C_API const char* mgm_stats_json(int device);
 /* `device`'s pool as torch.cuda.memory._snapshot() has it ({"segments": [...], "device_traces":
  * [...]}, the format memory_viz reads once pickled); NULL on failure. */
