@@ -9,6 +9,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <optional>
+#include <vector>
 
 TEST_CASE("discovery finds every GPU with its bus id, UUID and memory", "[gpu][topology]") {
   const auto t = mgm::discover_topology();
@@ -62,5 +64,31 @@ TEST_CASE("placed_allocator on the real GPUs: local first, host when the reader 
   REQUIRE(at->device != mgm::device_id{0});  // a peer over NVLink, or pinned host memory
   REQUIRE(placed.statistics().spills == 1);
   placed.deallocate(p, std::size_t{64} << 20);
+  placed.release_all();
+}
+
+TEST_CASE("placed_allocator::migrate on the real GPUs: the bytes arrive, the old memory is freed", "[gpu][placement]") {
+  if (mgm::device_count() < 2) {
+    SUCCEED("one GPU: nothing to migrate to");
+    return;
+  }
+  const auto links = mgm::discover_topology();
+  mgm::placed_allocator placed{links, [](mgm::device_id d) { return mgm::cuda_allocator{d}; },
+                               [](std::optional<int>) { return mgm::pinned_host_allocator{mgm::device_id{0}}; },
+                               mgm::cuda_peer_ops{}, std::vector<std::size_t>(links.gpu_count(), 0)};
+  const std::size_t n = std::size_t{16} << 20;
+  std::vector<unsigned char> pattern(n), back(n, 0);
+  for (std::size_t i = 0; i < n; ++i) pattern[i] = static_cast<unsigned char>(i * 131 + 7);
+  void* p = placed.allocate(mgm::device_id{0}, n);
+  REQUIRE(placed.location_of(p)->device == mgm::device_id{0});
+  REQUIRE(cudaMemcpy(p, pattern.data(), n, cudaMemcpyHostToDevice) == cudaSuccess);
+  void* moved = placed.migrate(p, mgm::device_id{1});
+  REQUIRE(moved != p);
+  REQUIRE(placed.location_of(moved)->device == mgm::device_id{1});
+  REQUIRE_FALSE(placed.location_of(p).has_value());  // the old memory went back
+  REQUIRE(placed.statistics().migrations == 1);
+  REQUIRE(cudaMemcpy(back.data(), moved, n, cudaMemcpyDeviceToHost) == cudaSuccess);
+  REQUIRE(back == pattern);
+  placed.deallocate(moved, n);
   placed.release_all();
 }
