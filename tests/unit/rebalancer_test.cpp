@@ -267,6 +267,49 @@ TEST_CASE("rebalancer: a large change goes to the new plan, no item moving twice
   REQUIRE(moved_rounds > 30);
 }
 
+TEST_CASE("rebalancer: a GPU that starts holding items pays its overhead too, while the senders hold theirs",
+          "[rebalancer]") {
+  const auto links = four_gpus();
+  std::mt19937 rng{11};
+  int joined = 0;
+  for (int round = 0; round < 300; ++round) {
+    const std::size_t items = 8 + rng() % 33;
+    const std::size_t bpi = 256 * MiB;
+    const std::size_t reserve = GiB;
+    const std::size_t overhead = (1 + rng() % 4) * GiB;  // a model replica, a context
+    std::vector<std::size_t> free(4);
+    for (auto& f : free) f = (12 + rng() % 20) * GiB;
+    const std::size_t empty = rng() % 4;
+    free[empty] = reserve + overhead / 2;  // no room for its overhead: it starts with no items
+    auto request = job(free, items, bpi, reserve);
+    for (auto& d : request.devices) d.overhead_bytes = overhead;
+    mgm::rebalancer_options o;
+    o.hold_steps = 1;
+    o.min_change = 0.05;
+    mgm::rebalancer r{request, o, links};
+    const auto before = r.plan().counts;
+    REQUIRE(before[empty] == 0);
+    // The empty GPU's tenant leaves; the others' readings count the job's items and overhead as used.
+    std::vector<std::size_t> now(4);
+    for (std::size_t i = 0; i < 4; ++i) {
+      const std::size_t held = before[i] * bpi + (before[i] != 0 ? overhead : 0);
+      now[i] = i == empty ? (rng() % 30) * GiB : free[i] > held ? free[i] - held : 0;
+    }
+    const auto d = r.step(readings(now));
+    if (!d.moved()) continue;
+    const auto& after = d.plan.plan.counts;
+    REQUIRE(std::accumulate(after.begin(), after.end(), std::size_t{0}) == items);
+    std::vector<std::size_t> in(4, 0);
+    for (const auto& m : d.plan.moves) in[m.to] += m.items;
+    if (in[empty] != 0) ++joined;
+    for (std::size_t i = 0; i < 4; ++i) {
+      const std::size_t starts = before[i] == 0 && in[i] != 0 ? overhead : 0;
+      REQUIRE(in[i] * bpi + starts + reserve <= now[i]);
+    }
+  }
+  REQUIRE(joined > 30);
+}
+
 TEST_CASE("rebalancer: Gaussian noise and periodic spikes in a flat run move nothing", "[rebalancer]") {
   const auto links = four_gpus();
   const std::vector<std::size_t> free{70 * GiB, 70 * GiB, 40 * GiB, 40 * GiB};
