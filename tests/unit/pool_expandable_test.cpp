@@ -349,8 +349,8 @@ TEST_CASE("expandable: near full, a growth pads what it maps, so a pass that lac
 TEST_CASE("expandable: the mapping policy's arithmetic", "[pool][expandable]") {
   const mgm::detail::mapping_policy p{2 * MiB};
   const std::size_t cap = 80 * std::size_t{1} << 30;
-  REQUIRE(p.largest_chunk(cap) == 160 * MiB);
-  REQUIRE(p.largest_chunk(64 * MiB) == 2 * MiB);  // never below a granule
+  REQUIRE(p.largest_chunk(cap, 0, 0) == 160 * MiB);
+  REQUIRE(p.largest_chunk(64 * MiB, 0, 0) == 2 * MiB);  // never below a granule
   // While what may be mapped is at least 4 x what is mapped, 1/16 of the mapped bytes when more.
   REQUIRE(p.largest_chunk(cap, 40000 * MiB, 3200 * MiB) == 200 * MiB);
   REQUIRE(p.largest_chunk(cap, 40000 * MiB, 3201 * MiB) == 200 * MiB);  // whole granules

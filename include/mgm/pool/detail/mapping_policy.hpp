@@ -26,7 +26,7 @@ struct mapping_policy {
   /// live, late calls (also at 1.05 x peak live) and every fit as before but U-Net's, 1.0030 ->
   /// 1.0057. Room for 2x (not 4x) gave GPT 1.3B 182 creates but fits of 1.0138 (GPT 1.3B) and
   /// 1.0147 (2.7B); 1/`growth_share` of 1 (a chunk per growth) a U-Net fit of 1.0244.
-  [[nodiscard]] std::size_t largest_chunk(std::size_t cap, std::size_t avail = 0, std::size_t mapped = 0) const noexcept {
+  [[nodiscard]] std::size_t largest_chunk(std::size_t cap, std::size_t avail, std::size_t mapped) const noexcept {
     constexpr std::size_t chunk_share = 512;
     constexpr std::size_t room_factor = 4;
     constexpr std::size_t growth_share = 16;
