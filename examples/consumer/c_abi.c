@@ -9,8 +9,13 @@ int main(void) {
     fprintf(stderr, "mgm_abi_version: %d\n", mgm_abi_version());
     return 1;
   }
-  if (mgm_device_count() < 1) {
-    fprintf(stderr, "no device: %s\n", mgm_last_error());
+  const int devices = mgm_device_count();
+  if (devices < 0) {
+    fprintf(stderr, "the library cannot start: %s\n", mgm_last_error());
+    return 1;
+  }
+  if (devices == 0) {
+    fprintf(stderr, "no device\n");
     return 77;
   }
   void* p = mgm_alloc_async((size_t)1 << 20, 0, NULL);

@@ -1,4 +1,4 @@
-"""The shipped deployment files, as installed under PREFIX/share/multigpumem: every file there, the
+"""The shipped deployment files, as installed under PREFIX/share/multigpumem: the four files, the
 dashboard a Grafana dashboard, and the Kubernetes manifests a DaemonSet, a Service and a
 ServiceMonitor that agree on the port and run `mgm serve` with flags it takes.
 Usage: deploy_files.py PREFIX MGM"""
@@ -57,7 +57,7 @@ else:
     for flag in (a for a in args if a.startswith("--")):
         if flag not in help_text:
             problems.append("mgm serve takes no %s" % flag)
-    default = re.search(r"--listen TEXT=:(\d+)", help_text)
+    default = re.search(r"--listen TEXT(?:=| \[):(\d+)", help_text)  # CLI11 2.1 and later forms
     if not default or int(default.group(1)) != ports.get("metrics"):
         problems.append("mgm serve's default port %s is not the manifests' %s" %
                         (default.group(1) if default else "?", ports.get("metrics")))
