@@ -343,7 +343,8 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
               "node %s has %d items for %d of %d GiB" % (n["node"], n["items"], usable[n["node"]], sum(usable.values())))
         check({str(g["gpu"]): g["free_bytes"] for g in n["gpus"]} == nodes[n["node"]], "node %s's GPUs" % n["node"])
         check(sum(g["items"] for g in n["gpus"]) == n["items"], "node %s's GPUs do not add up" % n["node"])
-        check(all("uuid" in g for g in n["gpus"]), "node %s's GPUs lack a uuid (null for simulated GPUs)" % n["node"])
+        check(all("uuid" in g and g["uuid"] is None for g in n["gpus"]),
+              "node %s's simulated GPUs have no UUID, so null: %s" % (n["node"], n["gpus"]))
         inner = begin
         for g in sorted(n["gpus"], key=lambda g: g["range"][0]):
             check(g["range"] == [inner, inner + g["items"]], "GPU %d of %s: range %s" % (g["gpu"], n["node"], g["range"]))

@@ -58,11 +58,6 @@ const nlohmann::json* device_of(abi::device_t d) {
   return &dev["mig"][slot - 1];
 }
 
-void slow_down(const nlohmann::json& dev) {
-  const auto ms = dev.value("delay_ms", 0);
-  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds{ms});
-}
-
 bool unsupported(const nlohmann::json& dev, const char* what) {
   if (!dev.contains("unsupported")) return false;
   const auto& u = dev["unsupported"];
@@ -104,6 +99,17 @@ void reload_if_asked() {
     s.config = nlohmann::json::parse(in);
   } catch (...) {
   }
+}
+
+// Where both memory queries begin: the file read again if asked, the device, its delay, whether
+// it is lost. `dev` is set whenever the device exists.
+abi::return_t begin_memory_query(abi::device_t d, const nlohmann::json*& dev) {
+  reload_if_asked();
+  dev = device_of(d);
+  if (dev == nullptr) return abi::error_invalid_argument;
+  const auto ms = dev->value("delay_ms", 0);
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds{ms});
+  return dev->value("lost", false) ? abi::error_gpu_is_lost : abi::success;
 }
 
 template <class Info>
@@ -257,11 +263,8 @@ FAKE_API abi::return_t nvmlDeviceGetMinorNumber(abi::device_t d, unsigned int* m
 }
 
 FAKE_API abi::return_t nvmlDeviceGetMemoryInfo_v2(abi::device_t d, abi::memory_v2_t* m) {
-  reload_if_asked();
-  const auto* dev = device_of(d);
-  if (dev == nullptr) return abi::error_invalid_argument;
-  slow_down(*dev);
-  if (dev->value("lost", false)) return abi::error_gpu_is_lost;
+  const nlohmann::json* dev = nullptr;
+  if (const auto r = begin_memory_query(d, dev); r != abi::success) return r;
   state().last_memory_version = m->version;
   if (m->version != abi::memory_v2_version) return abi::error_argument_version_mismatch;
   if (unsupported(*dev, "memory")) return abi::error_not_supported;
@@ -292,11 +295,8 @@ FAKE_API abi::return_t nvmlDeviceGetComputeRunningProcesses(abi::device_t d, uns
 #endif
 
 FAKE_API abi::return_t nvmlDeviceGetMemoryInfo(abi::device_t d, abi::memory_v1_t* m) {
-  reload_if_asked();
-  const auto* dev = device_of(d);
-  if (dev == nullptr) return abi::error_invalid_argument;
-  slow_down(*dev);
-  if (dev->value("lost", false)) return abi::error_gpu_is_lost;
+  const nlohmann::json* dev = nullptr;
+  if (const auto r = begin_memory_query(d, dev); r != abi::success) return r;
   if (unsupported(*dev, "memory")) return abi::error_not_supported;
   const auto& mem = (*dev)["memory"];
   m->total = mem.value("total", 0ULL);

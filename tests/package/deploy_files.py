@@ -13,8 +13,9 @@ import yaml  # Debian's python3-yaml
 prefix, mgm = sys.argv[1], sys.argv[2]
 share = os.path.join(prefix, "share", "multigpumem")
 problems = []
-for f in ("prometheus/mgm-rules.yml", "prometheus/mgm-rules.test.yml", "grafana/mgm-dashboard.json",
-          "kubernetes/mgm-serve.yaml"):
+files = ("prometheus/mgm-rules.yml", "prometheus/mgm-rules.test.yml", "grafana/mgm-dashboard.json",
+         "kubernetes/mgm-serve.yaml")
+for f in files:
     if not os.path.isfile(os.path.join(share, f)):
         problems.append("not installed: share/multigpumem/" + f)
 if problems:
@@ -63,4 +64,4 @@ else:
                         (default.group(1) if default else "?", ports.get("metrics")))
 if problems:
     sys.exit("\n".join(problems))
-print("%d files; dashboard %d queries; alerts %s; manifests %s" % (4, len(exprs), alerts, sorted(kinds)))
+print("%d files; dashboard %d queries; alerts %s; manifests %s" % (len(files), len(exprs), alerts, sorted(kinds)))
