@@ -139,6 +139,11 @@ void* cuda_vmm_ops::reserve(device_id d, std::size_t bytes) const {
   const auto& a = loaded();
   CUdeviceptr p = 0;
   if (const CUresult r = a.address_reserve(&p, bytes, granularity(d), 0, 0); r != CUDA_SUCCESS) {
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {  // the address space is exhausted: an out-of-memory, not a fault
+      throw out_of_memory{"device " + std::to_string(d.value()) + ": cannot reserve " + detail::describe_bytes(bytes) +
+                              " of virtual address space (cuMemAddressReserve)",
+                          bytes};
+    }
     fail(r, "cuMemAddressReserve");
   }
   return reinterpret_cast<void*>(p);

@@ -76,7 +76,9 @@ void* vmm_ops::reserve(device_id d, std::size_t bytes) {
   MGM_EXPECTS(bytes <= (std::size_t{1} << 46), "sim vmm: reservation too large");
   const detail::bookkeeping_timer timer{dev};
   void* raw = ::mmap(nullptr, bytes + granule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (raw == MAP_FAILED) throw bad_alloc{"sim vmm: cannot reserve " + format_bytes(bytes) + " of address space"};
+  if (raw == MAP_FAILED) {  // as cuMemAddressReserve's CUDA_ERROR_OUT_OF_MEMORY: the pool reports it as such
+    throw out_of_memory{"sim vmm: cannot reserve " + format_bytes(bytes) + " of address space", bytes};
+  }
   const auto begin = reinterpret_cast<std::uintptr_t>(raw);
   const std::uintptr_t aligned = (begin + granule - 1) & ~(granule - 1);
   if (aligned > begin) ::munmap(raw, aligned - begin);

@@ -104,3 +104,24 @@ TEST_CASE("pool: a fragmented expandable cache is named, with a smaller map_chun
   void* fits = s.pool.allocate(12 * MiB);  // coalesced again
   s.pool.deallocate(fits, 12 * MiB);
 }
+
+TEST_CASE("pool: a request larger than the whole device is refused without a driver call", "[pool][oom]") {
+  mgm::pool_options o;  // expandable segments: without this check, a terabyte of address space reserved to find out
+  judged_setup s{"1GiB", o};
+  REQUIRE(s.pool->expandable());
+  const auto driver_calls = [&] {
+    using mgm::sim::driver_call;
+    const auto c = s.m.modelled(device_id{0});
+    return c.count(driver_call::reserve) + c.count(driver_call::create) + c.count(driver_call::malloc);
+  };
+  const auto before = driver_calls();
+  REQUIRE_THROWS_MATCHES(s.pool.allocate(1024 * GiB), mgm::out_of_memory,
+                         Catch::Predicate<mgm::out_of_memory>([](const mgm::out_of_memory& e) {
+                           return std::string{e.what()}.rfind("caching_pool on device 0: out of memory allocating 1.00 TiB", 0) == 0 &&
+                                  e.requested_bytes() == 1024 * GiB;
+                         }));
+  REQUIRE(driver_calls() == before);
+  REQUIRE(s.pool->reserved_bytes() == 0);
+  void* fits = s.pool.allocate(512 * MiB);  // the pool is unharmed
+  s.pool.deallocate(fits, 512 * MiB);
+}

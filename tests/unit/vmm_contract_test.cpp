@@ -48,8 +48,11 @@ CUresult guarded(const std::function<void()>& call) {
   return g_sim->hazards().size() > before ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
+bool g_address_space_full = false;  // cuMemAddressReserve finds no room left
+
 CUresult fake_reserve(CUdeviceptr* ptr, size_t size, size_t, CUdeviceptr addr, unsigned long long flags) {
   if (addr != 0 || flags != 0) return CUDA_ERROR_NOT_SUPPORTED;
+  if (g_address_space_full) return CUDA_ERROR_OUT_OF_MEMORY;
   return guarded([&] { *ptr = reinterpret_cast<CUdeviceptr>(g_sim->vmm().reserve(device_id{0}, size)); });
 }
 CUresult fake_address_free(CUdeviceptr ptr, size_t size) {
@@ -170,6 +173,7 @@ struct fake_driver_machine {
   }
   ~fake_driver_machine() {
     g_sharing = {};
+    g_address_space_full = false;
     g_sim = nullptr;
   }
 };
@@ -297,6 +301,30 @@ TEST_CASE("vmm contract: every rule broken once through cuda_vmm_ops over a fake
   });
   // Out of memory is the driver's CUDA_ERROR_OUT_OF_MEMORY, and our out_of_memory.
   REQUIRE_THROWS_AS(vmm.create(device_id{1}, 128 * MiB), mgm::out_of_memory);
+}
+
+TEST_CASE("vmm contract: an exhausted address space is out_of_memory, and the pool reports it as one", "[pool][vmm]") {
+  fake_driver_machine f;
+  const mgm::cuda_vmm_ops vmm{fake_driver()};
+  g_address_space_full = true;
+  REQUIRE_THROWS_MATCHES(vmm.reserve(device_id{0}, 64 * MiB), mgm::out_of_memory,
+                         Catch::Message("device 0: cannot reserve 64.00 MiB (67108864 bytes) of virtual address space "
+                                        "(cuMemAddressReserve)"));
+  mgm::pool_options o;
+  o.expandable_segments = true;
+  mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, o};
+  REQUIRE_THROWS_MATCHES(pool.allocate(16 * MiB), mgm::out_of_memory,  // a large request: mapped memory
+                         Catch::Predicate<mgm::out_of_memory>([](const mgm::out_of_memory& e) {
+                           return std::string{e.what()}.rfind("caching_pool on device 0: out of memory allocating 16.00 MiB", 0) == 0 &&
+                                  e.requested_bytes() == 16 * MiB;
+                         }));
+  REQUIRE(pool.statistics().ooms == 1);
+  g_address_space_full = false;  // room again: the same pool serves
+  void* p = pool.allocate(16 * MiB);
+  pool.deallocate(p, 16 * MiB);
+  (void)pool.release();
+  REQUIRE(f.m.memory(device_id{0}).used_bytes == 0);
+  REQUIRE(f.m.hazards().empty());
 }
 
 TEST_CASE("vmm contract: without a driver, cuda_vmm_ops says so", "[sim][vmm]") {

@@ -170,7 +170,9 @@ class expandable_source {
       if (u == nullptr) {
         std::size_t whole = size;
         (void)round_up(whole, granule_, whole);
-        if (whole > budget().room) return nullptr;  // no new range only to refuse
+        // No new range only to refuse: beyond the room, or beyond all the device has, which no
+        // mapping can ever hold (nor should a terabyte of address space be reserved to find out).
+        if (whole > budget().room || whole > upstream.total_bytes()) return nullptr;
         if (!reserve(lock, upstream, space, slot, size, small)) return nullptr;
         return try_grow(lock, upstream, space, slot, size, small, budget, minimal);
       }
