@@ -18,6 +18,7 @@ struct sampler::impl {
   mutable std::mutex mutex;
   std::condition_variable wake;
   bool stopping{false};
+  bool finished{false};  // the thread has left run()
   std::deque<sample_batch> ring;
   std::atomic<std::uint64_t> batches{0};
   std::atomic<std::uint64_t> errors{0};
@@ -66,8 +67,13 @@ struct sampler::impl {
       const auto now = std::chrono::steady_clock::now();
       if (next < now) next = now;
       std::unique_lock lock{mutex};
-      if (wake.wait_until(lock, next, [this] { return stopping; })) return;
+      if (wake.wait_until(lock, next, [this] { return stopping; })) break;
     }
+    {
+      const std::lock_guard lock{mutex};
+      finished = true;
+    }
+    wake.notify_all();
   }
 };
 
@@ -94,6 +100,19 @@ void sampler::stop() noexcept {
   }
   impl_->wake.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+bool sampler::stop_within(std::chrono::milliseconds grace) noexcept {
+  {
+    std::unique_lock lock{impl_->mutex};
+    impl_->stopping = true;
+    impl_->wake.notify_all();
+    if (impl_->thread.joinable() && !impl_->wake.wait_for(lock, grace, [this] { return impl_->finished; })) {
+      return false;  // still inside the source's call: left running
+    }
+  }
+  if (impl_->thread.joinable()) impl_->thread.join();
+  return true;
 }
 
 std::vector<sample_batch> sampler::history() const {

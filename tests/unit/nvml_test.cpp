@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -308,6 +310,50 @@ TEST_CASE("sampler: a period, a bounded history, and a failing source never thro
   CHECK_FALSE(bad.latest().has_value());
   tel::sampler none{nullptr, std::chrono::milliseconds{5}};
   CHECK(none.errors() == 1);
+}
+
+TEST_CASE("sampler: stop_within leaves a hung query behind and says so, and an idle sampler stops at once",
+          "[telemetry]") {
+  struct gate {
+    std::mutex m;
+    std::condition_variable cv;
+    bool inside{false};
+    bool open{false};
+  };
+  auto g = std::make_shared<gate>();
+  struct hanging final : tel::source {
+    std::shared_ptr<gate> g;
+    explicit hanging(std::shared_ptr<gate> gt) : g{std::move(gt)} {}
+    [[nodiscard]] std::string name() const override { return "hanging"; }
+    [[nodiscard]] std::vector<tel::device_sample> sample() override {  // an NVML query on a failing GPU
+      std::unique_lock lock{g->m};
+      g->inside = true;
+      g->cv.notify_all();
+      g->cv.wait(lock, [&] { return g->open; });
+      return {};
+    }
+  };
+  tel::sampler s{std::make_unique<hanging>(g), std::chrono::milliseconds{5}};
+  {
+    std::unique_lock lock{g->m};
+    g->cv.wait(lock, [&] { return g->inside; });
+  }
+  CHECK_FALSE(s.stop_within(std::chrono::milliseconds{50}));  // the query has not returned
+  CHECK(s.batches() == 0);
+  {
+    const std::lock_guard lock{g->m};
+    g->open = true;
+  }
+  g->cv.notify_all();
+  CHECK(s.stop_within(std::chrono::seconds{30}));  // it returns; the thread ends without a new look
+  CHECK(s.batches() == 1);
+  s.stop();  // idempotent
+
+  auto machine = mgm::sim::machine::from_string("1x8GiB");
+  tel::sampler idle{tel::make_sim_source(machine), std::chrono::hours{1}};
+  while (idle.batches() < 1) std::this_thread::sleep_for(std::chrono::milliseconds{2});
+  CHECK(idle.stop_within(std::chrono::seconds{30}));  // waiting out its hour-long period: woken
+  CHECK(idle.stop_within(std::chrono::milliseconds{0}));  // and again, with nothing left to wait for
 }
 
 TEST_CASE("nvml: MIG instances follow their GPU, with their ids, profile, UUID and memory", "[telemetry][nvml]") {

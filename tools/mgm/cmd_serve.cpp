@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <cstdlib>
 #include <thread>
 
 namespace mgm_tool {
@@ -140,8 +141,19 @@ void add_serve(CLI::App& app, context& ctx) {
                 source_name.c_str(), o->interval.c_str());
     std::fflush(stdout);
     server.run();
-    sampler.stop();
+    // A SIGTERM is answered at once even while NVML hangs in a query (a failing GPU's can take
+    // minutes, longer than Kubernetes' grace period): the sampler gets a moment to finish, and is
+    // otherwise left in its call while the process exits.
+    constexpr std::chrono::seconds grace{2};
+    const bool joined = sampler.stop_within(grace);
     std::fprintf(stderr, "mgm serve: stopped after %llu requests\n", static_cast<unsigned long long>(server.requests()));
+    if (!joined) {
+      std::fprintf(stderr, "mgm serve: %s's query has not returned after %lld s; exiting without waiting for it\n",
+                   source_name.c_str(), static_cast<long long>(grace.count()));
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(0);  // the sampler's thread still runs inside the query: no destructor may wait for it
+    }
   });
 }
 

@@ -28,8 +28,13 @@ class sampler {
   sampler(const sampler&) = delete;
   sampler& operator=(const sampler&) = delete;
 
-  /// @brief Stops the thread (idempotent); the history stays readable.
+  /// @brief Stops the thread (idempotent); the history stays readable. Waits as long as the
+  /// source's call in progress takes (an NVML query on a failing GPU may take many seconds).
   void stop() noexcept;
+  /// @brief Stops the thread, waiting at most `grace` for the source's call in progress. False
+  /// when that call is still running: the thread ends after it (the destructor waits for it), and a
+  /// process that must exit now can do so without waiting.
+  [[nodiscard]] bool stop_within(std::chrono::milliseconds grace) noexcept;
   /// @brief The kept batches, oldest first (at most `capacity`).
   [[nodiscard]] std::vector<sample_batch> history() const;
   [[nodiscard]] std::optional<sample_batch> latest() const;
