@@ -139,6 +139,10 @@ std::string describe_pool_oom(const oom_info& i) {
   if (i.limits.keep_free_bytes != 0) {
     msg += " It keeps " + format_bytes(i.limits.keep_free_bytes) + " of the device free (pool_limits::keep_free_bytes).";
   }
+  if (i.address_space_exhausted) {
+    msg += " The driver refused a new virtual address range (cuMemAddressReserve): the process's address space "
+           "is exhausted, not the device's memory.";
+  }
   if (i.capturing) {
     msg += " The request came from a stream capturing a CUDA graph: during a capture the pool gives "
            "nothing back to retry (that would synchronise the device); free memory before capturing.";

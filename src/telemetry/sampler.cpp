@@ -59,6 +59,14 @@ struct sampler::impl {
     batches.fetch_add(1, std::memory_order_relaxed);
   }
 
+  void ask_to_stop() {
+    {
+      const std::lock_guard lock{mutex};
+      stopping = true;
+    }
+    wake.notify_all();
+  }
+
   void run() {
     auto next = std::chrono::steady_clock::now();
     for (;;) {
@@ -94,24 +102,18 @@ sampler::sampler(std::unique_ptr<source> src, std::chrono::milliseconds period, 
 sampler::~sampler() { stop(); }
 
 void sampler::stop() noexcept {
-  {
-    const std::lock_guard lock{impl_->mutex};
-    impl_->stopping = true;
-  }
-  impl_->wake.notify_all();
+  impl_->ask_to_stop();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
 bool sampler::stop_within(std::chrono::milliseconds grace) noexcept {
+  impl_->ask_to_stop();
+  if (!impl_->thread.joinable()) return true;
   {
     std::unique_lock lock{impl_->mutex};
-    impl_->stopping = true;
-    impl_->wake.notify_all();
-    if (impl_->thread.joinable() && !impl_->wake.wait_for(lock, grace, [this] { return impl_->finished; })) {
-      return false;  // still inside the source's call: left running
-    }
+    if (!impl_->wake.wait_for(lock, grace, [this] { return impl_->finished; })) return false;  // still in the call
   }
-  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->thread.join();
   return true;
 }
 

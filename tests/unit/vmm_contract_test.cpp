@@ -315,13 +315,20 @@ TEST_CASE("vmm contract: an exhausted address space is out_of_memory, and the po
   mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, o};
   REQUIRE_THROWS_MATCHES(pool.allocate(16 * MiB), mgm::out_of_memory,  // a large request: mapped memory
                          Catch::Predicate<mgm::out_of_memory>([](const mgm::out_of_memory& e) {
-                           return std::string{e.what()}.rfind("caching_pool on device 0: out of memory allocating 16.00 MiB", 0) == 0 &&
+                           const std::string what = e.what();
+                           return what.rfind("caching_pool on device 0: out of memory allocating 16.00 MiB", 0) == 0 &&
+                                  what.find("0 B allocated and 0 B reserved") != std::string::npos &&
+                                  what.find("the process's address space is exhausted, not the device's memory") !=
+                                      std::string::npos &&
                                   e.requested_bytes() == 16 * MiB;
                          }));
   REQUIRE(pool.statistics().ooms == 1);
   g_address_space_full = false;  // room again: the same pool serves
   void* p = pool.allocate(16 * MiB);
   pool.deallocate(p, 16 * MiB);
+  g_address_space_full = true;  // the reserved range serves; the next report no longer blames the address space
+  REQUIRE_THROWS_WITH(pool.allocate(128 * MiB),
+                      !Catch::Contains("address space") && Catch::Contains("out of memory allocating 128.00 MiB"));
   (void)pool.release();
   REQUIRE(f.m.memory(device_id{0}).used_bytes == 0);
   REQUIRE(f.m.hazards().empty());

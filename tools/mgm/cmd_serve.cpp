@@ -12,9 +12,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <string>
-#include <cstdlib>
 #include <thread>
 
 namespace mgm_tool {

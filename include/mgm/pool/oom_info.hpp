@@ -24,6 +24,7 @@ struct oom_info {
   std::size_t max_split_bytes{0};
   bool capturing{false};   ///< the request came from a stream capturing a CUDA graph
   bool expandable{false};  ///< the request grows an expandable segment (mapped in `map_chunk` pieces)
+  bool address_space_exhausted{false};  ///< the driver refused a new virtual address range (cuMemAddressReserve)
   pool_limits limits;      ///< the pool's limits when it ran out
 };
 

@@ -127,6 +127,8 @@ class expandable_source {
   [[nodiscard]] const std::vector<std::unique_ptr<segment>>& segments() const noexcept { return segments_; }
   [[nodiscard]] std::size_t granule() const noexcept { return granule_; }
   [[nodiscard]] const std::vector<device_id>& peers() const noexcept { return peers_; }
+  /// Whether the last new range was refused for want of address space (not of device memory).
+  [[nodiscard]] bool address_space_refused() const noexcept { return address_space_refused_; }
   [[nodiscard]] vmm_type& vmm() noexcept { return vmm_; }
 
   /// The physical chunks behind mapped block `b` of an expandable segment, in address order, each
@@ -170,9 +172,10 @@ class expandable_source {
       if (u == nullptr) {
         std::size_t whole = size;
         (void)round_up(whole, granule_, whole);
-        // No new range only to refuse: beyond the room, or beyond all the device has, which no
-        // mapping can ever hold (nor should a terabyte of address space be reserved to find out).
-        if (whole > budget().room || whole > upstream.total_bytes()) return nullptr;
+        // No new range only to refuse: beyond the room, or beyond what the pool may ever hold
+        // (nor should a terabyte of address space be reserved to find out).
+        const growth_budget limits = budget();
+        if (whole > limits.room || whole > capacity(upstream, limits)) return nullptr;
         if (!reserve(lock, upstream, space, slot, size, small)) return nullptr;
         return try_grow(lock, upstream, space, slot, size, small, budget, minimal);
       }
@@ -531,12 +534,14 @@ class expandable_source {
         va = vmm_.reserve(device_, bytes);
       } catch (const out_of_memory&) {
         lock.lock();
+        address_space_refused_ = true;
         return false;
       } catch (...) {
         lock.lock();
         throw;
       }
       lock.lock();
+      address_space_refused_ = false;
       seg->base = reinterpret_cast<std::uintptr_t>(va);
       seg->bytes = bytes;
       seg->owner = &slot;
@@ -591,6 +596,7 @@ class expandable_source {
   vmm_type vmm_;
   bool on_{false};
   bool shareable_{false};
+  bool address_space_refused_{false};  // the last reserve() found no address space (under the pool's lock)
   std::size_t granule_{0};
   std::size_t chunk_{0};  // the largest chunk a growth maps at once: whole granules (map_chunk_bytes)
   std::vector<device_id> peers_;  // readers of every mapped granule: the device first

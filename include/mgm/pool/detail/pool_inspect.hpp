@@ -111,6 +111,7 @@ struct pool_inspect {
     info.requested_bytes = size;
     info.max_split_bytes = p.space_.options().max_split_bytes;
     info.expandable = p.expand_.grows(size, p.space_.options());
+    info.address_space_exhausted = p.expand_.address_space_refused();
     std::size_t largest = 0;
     std::size_t free_bytes = 0;
     for_each_slot(p, [&](const stream_slot& slot) {
