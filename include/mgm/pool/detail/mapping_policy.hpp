@@ -13,7 +13,8 @@ namespace mgm::detail {
 struct mapping_policy {
   std::size_t granule;
 
-  /// The largest physical chunk, the unit an idle block gives back under a capacity limit:
+  /// The physical chunk, the unit an idle block gives back under a capacity limit (a growth's last
+  /// chunk also takes the tail, `expandable_source`):
   /// 1/`chunk_share` of the capacity (160 MiB of 80 GiB); and while what a growth may map
   /// (`avail`) is at least `room_factor` times what the segment has `mapped`, 1/`growth_share` of
   /// `mapped` when that is more: chunks grow with the range while memory is plentiful, since each
