@@ -272,10 +272,23 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
                 "  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n"
                 "  - job_name: nvml\n    static_configs:\n      - targets: ['%s']\n"
                 % (rules, serving["dgx-h100"][1], serving["pcie-4gpu-mixed"][1], dcgm.server_address[1], flaky_addr))
-    server = procs.start([prometheus, "--config.file=" + config, "--storage.tsdb.path=" + os.path.join(tmp, "data"),
-                          "--web.listen-address=127.0.0.1:%d" % port, "--log.level=warn"])
-    api = "http://127.0.0.1:%d" % port
-    wait_for("Prometheus to be ready", lambda: get(api + "/-/ready")[0] == 200)
+    # Prometheus cannot be told to take port 0 and say which it took: a free port is chosen, and
+    # another if something took it before Prometheus could (the server exits, and it says so).
+    for attempt in range(3):
+        server = procs.start([prometheus, "--config.file=" + config, "--storage.tsdb.path=" + os.path.join(tmp, "data"),
+                              "--web.listen-address=127.0.0.1:%d" % port, "--log.level=warn"])
+        api = "http://127.0.0.1:%d" % port
+
+        def ready():
+            if server.poll() is not None:
+                return "exited"
+            return get(api + "/-/ready")[0] == 200
+
+        if wait_for("Prometheus to be ready", ready) is True:
+            break
+        err = Processes.stderr_of(server)
+        check("address already in use" in err and attempt < 2, "Prometheus exited (rc %s): %s" % (server.returncode, err))
+        port = free_port()
 
     def query(expr):
         status, body = get(api + "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
@@ -413,9 +426,12 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
                         (("--node-label", "rack"), "no label 'rack'")):
         r = plan(*args)
         check(r.returncode == 2 and words in r.stderr and api in r.stderr, "%s: rc %d, %r" % (args, r.returncode, r.stderr))
-    down = "http://127.0.0.1:%d" % free_port()
-    r = subprocess.run([mgm, "plan", "--prometheus", down, "--items", "10", "--bytes-per-item", "1GiB"], capture_output=True,
-                       text=True, timeout=30)
+    # A port bound and not listening refuses connections, and nothing else can take it meanwhile.
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        down = "http://127.0.0.1:%d" % closed.getsockname()[1]
+        r = subprocess.run([mgm, "plan", "--prometheus", down, "--items", "10", "--bytes-per-item", "1GiB"],
+                           capture_output=True, text=True, timeout=30)
     check(r.returncode == 2 and "cannot reach Prometheus at " + down in r.stderr, "Prometheus down: %r" % r.stderr)
     # A server that takes the connection and never answers: the request's deadline.
     with socket.socket() as silent:
