@@ -14,7 +14,7 @@ struct key {
   std::size_t pool_options::*field;
   std::size_t scale;  // max_split_size_mb takes MiB
 };
-constexpr std::array<key, 10> keys{{
+constexpr std::array<key, 11> keys{{
     {"round", &pool_options::round_bytes, 1},
     {"small_request", &pool_options::small_request_bytes, 1},
     {"small_segment", &pool_options::small_segment_bytes, 1},
@@ -25,6 +25,7 @@ constexpr std::array<key, 10> keys{{
     {"max_split_size_mb", &pool_options::max_split_bytes, std::size_t{1} << 20},
     {"release_threshold", &pool_options::release_threshold_bytes, 1},
     {"map_chunk", &pool_options::map_chunk_bytes, 1},
+    {"huge_request", &pool_options::huge_request_bytes, 1},
 }};
 
 [[noreturn]] void fail(std::string_view conf, std::size_t column, const std::string& why) {

@@ -21,6 +21,8 @@ using namespace std::chrono_literals;
 
 namespace {
 using sim_pool = mgm::caching_pool<mgm::sim::device_allocator>;
+// The large range's policy alone: requests of 512 MiB and more would grow the huge range.
+mgm::pool_options large_range_only() { return mgm::pool_options::parse("huge_request:unlimited"); }
 }  // namespace
 
 // ---- expandable segments (requests of large_direct_bytes and more, by default) ----------------
@@ -182,7 +184,7 @@ TEST_CASE("expandable: chunks are at most 1/512 of the device, and near its end 
   using mgm::sim::driver_call;
   mgm::sim::machine m{mgm::sim::parse_device_list("16GiB")};  // chunks of at most 32 MiB
   const device_id d{0};
-  sim_pool raw_pool{m.allocator(d), mgm::pool_options{}};
+  sim_pool raw_pool{m.allocator(d), large_range_only()};
   mgm::sim::judged pool{m, raw_pool};
   // Leaves 1 GiB free, more than 1/32 of the device (512 MiB): chunks, and 494 MiB mapped ahead
   // ((32 x 15360) / 31 MiB in whole granules: 15854 MiB), which leaves 530 MiB, still over 1/32.
@@ -309,7 +311,7 @@ TEST_CASE("expandable: growth, ahead or not, keeps within the pool's limits", "[
 
 TEST_CASE("expandable: what is mapped ahead stops at the near-full margin", "[pool][expandable]") {
   mgm::sim::machine m{mgm::sim::parse_device_list("16GiB")};  // margin: 1/32, 512 MiB
-  sim_pool raw_pool{m.allocator(device_id{0}), mgm::pool_options{}};
+  sim_pool raw_pool{m.allocator(device_id{0}), large_range_only()};
   mgm::sim::judged pool{m, raw_pool};
   // The budget would map (32 x 15700) / 31 MiB (16206); the margin stops it at 15872, 172 MiB ahead.
   void* a = pool.allocate(15700 * MiB);
@@ -329,7 +331,7 @@ TEST_CASE("expandable: near full, a growth pads what it maps, so a pass that lac
   using mgm::sim::driver_call;
   mgm::sim::machine m{mgm::sim::parse_device_list("16GiB")};  // margin: 1/32, 512 MiB
   const device_id d{0};
-  sim_pool raw_pool{m.allocator(d), mgm::pool_options{}};
+  sim_pool raw_pool{m.allocator(d), large_range_only()};
   mgm::sim::judged pool{m, raw_pool};
   void* a = pool.allocate(15700 * MiB);  // 15872 MiB mapped, 512 MiB free (the previous test)
   // The first pass's peak: 300 MiB more, within the margin: 172 MiB were mapped ahead, 128 grow,
@@ -402,4 +404,110 @@ TEST_CASE("expandable: a growth the device cannot hold is not begun, idle memory
   pool.deallocate(b, 1536 * MiB);
   (void)pool->release();
   REQUIRE(s.device_used() == 0);
+}
+
+// ---- the huge range (requests of huge_request_bytes and more, by default 512 MiB) -------------
+
+namespace {
+// The expandable segment that holds `p`, by its index in the snapshot (-1: none).
+int segment_of(const mgm::pool_snapshot& snap, const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  for (std::size_t i = 0; i < snap.segments.size(); ++i) {
+    const auto& seg = snap.segments[i];
+    if (a >= seg.address && a < seg.address + seg.size) return static_cast<int>(i);
+  }
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("expandable: huge requests grow a range of their own, whose blocks the others do not take",
+          "[pool][expandable][huge]") {
+  SECTION("by default") {
+    pool_test::judged_setup s{"80GiB", mgm::pool_options{}};
+    void* h = s.pool.allocate(600 * MiB);
+    void* l = s.pool.allocate(100 * MiB);
+    auto snap = s.pool->snapshot();
+    REQUIRE(snap.segments.size() == 2);
+    REQUIRE(segment_of(snap, h) != segment_of(snap, l));
+    s.pool.deallocate(h, 600 * MiB);
+    void* l2 = s.pool.allocate(100 * MiB);  // the huge range's free block is not for it
+    snap = s.pool->snapshot();
+    REQUIRE(segment_of(snap, l2) == segment_of(snap, l));
+    void* h2 = s.pool.allocate(600 * MiB);  // its own range's free block again
+    REQUIRE(h2 == h);
+    for (void* p : {l, l2}) s.pool.deallocate(p, 100 * MiB);
+    s.pool.deallocate(h2, 600 * MiB);
+    REQUIRE(s.pool->release() > 0);
+    REQUIRE(s.device_used() == 0);
+  }
+  SECTION("huge_request:unlimited keeps one range") {
+    pool_test::judged_setup s{"80GiB", mgm::pool_options::parse("huge_request:unlimited")};
+    void* h = s.pool.allocate(600 * MiB);
+    void* l = s.pool.allocate(100 * MiB);
+    const auto snap = s.pool->snapshot();
+    REQUIRE(snap.segments.size() == 1);
+    s.pool.deallocate(h, 600 * MiB);
+    s.pool.deallocate(l, 100 * MiB);
+  }
+}
+
+TEST_CASE("expandable: a huge request with no block in its range takes a free block of the large range before growing",
+          "[pool][expandable][huge]") {
+  using mgm::sim::driver_call;
+  pool_test::judged_setup s{"80GiB", mgm::pool_options{}};
+  std::vector<void*> acts;
+  for (int i = 0; i < 8; ++i) acts.push_back(s.pool.allocate(100 * MiB));
+  for (void* p : acts) s.pool.deallocate(p, 100 * MiB);  // one free block of 800 MiB and more
+  const auto creates = s.m.modelled(device_id{0}).count(driver_call::create);
+  void* h = s.pool.allocate(600 * MiB);
+  REQUIRE(s.m.modelled(device_id{0}).count(driver_call::create) == creates);
+  const auto snap = s.pool->snapshot();
+  REQUIRE(snap.segments.size() == 1);  // no huge range was reserved
+  REQUIRE(segment_of(snap, h) == 0);
+  s.pool.deallocate(h, 600 * MiB);
+}
+
+TEST_CASE("expandable: a huge block goes to the far end from a live block of its size, so double-buffered logits fit in their peak",
+          "[pool][expandable][huge]") {
+  using mgm::sim::driver_call;
+  // A language model's loss, as the GPT trace generator writes it: the step's logits (L) are made
+  // while the previous step's live (`logits, loss = model(...)`), beside the fp32 blocks of the
+  // loss (W = 2 L); at most L + 3 W are live at once.
+  constexpr std::size_t L = 1024 * MiB;
+  constexpr std::size_t W = 2 * L;
+  const auto run = [&](const mgm::pool_options& o, std::size_t& creates_after_warmup) {
+    pool_test::judged_setup s{"80GiB", o};
+    auto& pool = s.pool;
+    void* prev = nullptr;
+    std::size_t peak = 0;
+    for (int step = 0; step < 6; ++step) {
+      if (step == 2) creates_after_warmup = s.m.modelled(device_id{0}).count(driver_call::create);
+      void* logits = pool.allocate(L);
+      void* wide = pool.allocate(W);
+      void* logp = pool.allocate(W);
+      pool.deallocate(wide, W);
+      if (prev != nullptr) pool.deallocate(prev, L);
+      void* dlogp = pool.allocate(W);
+      void* dlogits = pool.allocate(W);  // the peak: L + 3 W
+      peak = std::max(peak, pool->reserved_bytes());
+      pool.deallocate(dlogp, W);
+      pool.deallocate(logp, W);
+      void* narrow = pool.allocate(L);
+      pool.deallocate(dlogits, W);
+      pool.deallocate(narrow, L);
+      prev = logits;
+    }
+    creates_after_warmup = s.m.modelled(device_id{0}).count(driver_call::create) - creates_after_warmup;
+    pool.deallocate(prev, L);
+    return peak;
+  };
+  std::size_t late = 0;
+  const std::size_t huge = run(mgm::pool_options{}, late);
+  INFO("huge range: " << huge / MiB << " MiB reserved at the peak");
+  REQUIRE(huge == L + 3 * W);  // nothing mapped ahead in the huge range, nothing lost to the layout
+  REQUIRE(late == 0);          // the layout repeats from the second step on
+  std::size_t late_one = 0;
+  const std::size_t one = run(mgm::pool_options::parse("huge_request:unlimited"), late_one);
+  INFO("one range: " << one / MiB << " MiB reserved at the peak");
+  REQUIRE(one >= 2 * L + 3 * W);  // placed beside its predecessor, the logits split the space one W needed
 }

@@ -492,6 +492,10 @@ TEST_CASE("pool options: MGM_ALLOC_CONF", "[pool][options]") {
   REQUIRE(mgm::pool_options::parse("") == mgm::pool_options{});
   REQUIRE(mgm::pool_options::parse(mgm::pool_options{}.to_string()) == mgm::pool_options{});
   REQUIRE(mgm::pool_options::parse("max_split_size:unlimited").max_split_bytes == mgm::pool_options::unlimited);
+  REQUIRE(mgm::pool_options{}.huge_request_bytes == 512 * MiB);
+  REQUIRE(mgm::pool_options::parse("huge_request:1GiB").huge_request_bytes == 1024 * MiB);
+  REQUIRE(mgm::pool_options::parse("huge_request:unlimited").huge_request_bytes == mgm::pool_options::unlimited);
+  REQUIRE(mgm::pool_options{}.to_string().find("huge_request:536870912") != std::string::npos);
   const auto column_of = [](const char* text) -> std::size_t {
     try {
       (void)mgm::pool_options::parse(text);

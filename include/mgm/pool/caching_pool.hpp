@@ -127,6 +127,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
         space_{validated(std::move(options))},
         cache_{ops_, device_},
         expand_{upstream_, device_, space_.options()} {
+    if (expand_.on()) huge_bytes_ = std::max(space_.options().huge_request_bytes, space_.options().large_direct_bytes);
     detail::pool_inspect::init(*this);  // the threshold's margin, the telemetry registration
   }
   caching_pool(const caching_pool&) = delete;
@@ -147,7 +148,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
     if (!pending_.empty()) [[unlikely]] detail::pool_slow_paths::process_pending(*this);
     const bool small = size <= space_.options().small_request_bytes;
     detail::block* b = slot.index(small).find(size);
-    if (b != nullptr && acceptable(b, size)) [[likely]] {
+    if (size < huge_bytes_ && b != nullptr && acceptable(b, size)) [[likely]] {
       prepare();
       space_.take_free(b);
     } else {
@@ -173,6 +174,7 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
       space_.stats.requested_bytes.sub(static_cast<std::int64_t>(b->size - b->sized.slack));
       space_.stats.allocations.sub(1);
     }
+    if (b->huge()) [[unlikely]] huge_freed_at_ = huge_allocs_;
     detail::stream_slot* slot = b->owner;
     const std::size_t freed = b->size;
     if (stream.get() != slot->stream || (slot->capture_pool | capture | b->extra_streams) != 0) [[unlikely]] {
@@ -469,6 +471,9 @@ class alignas(64) caching_pool {  // whole cache lines: pools of different devic
   device_id device_;
   oom_handler handler_;
   std::size_t round_mask_{255};
+  std::size_t huge_bytes_{pool_options::unlimited};  // requests from here grow the huge range (expandable segments only)
+  std::uint32_t huge_allocs_{0};     // blocks of a huge range handed out so far (modulo 2^32)
+  std::uint32_t huge_freed_at_{0};   // huge_allocs_ when a block of a huge range was last freed
   std::size_t trim_at_{pool_options::unlimited};  // release threshold + margin
   std::size_t margin_{0};
   std::size_t freed_above_{0};  // bytes freed above trim_at_ since granules were last unmapped

@@ -15,7 +15,7 @@ namespace mgm {
 /// `MGM_ALLOC_CONF` sets them as `key:value,...` (as `PYTORCH_CUDA_ALLOC_CONF` does), sizes as
 /// `parse_bytes` reads them: `round`, `small_request`, `small_segment`, `large_segment`,
 /// `large_direct`, `segment_round`, `max_split_size` (also PyTorch's `max_split_size_mb`, a
-/// number of MiB), `release_threshold`, `map_chunk`, and `expandable_segments`, `shareable` and
+/// number of MiB), `release_threshold`, `map_chunk`, `huge_request`, and `expandable_segments`, `shareable` and
 /// `check_invariants` (`True`/`False`).
 /// The other keys of `PYTORCH_CUDA_ALLOC_CONF` (`garbage_collection_threshold`,
 /// `roundup_power2_divisions`, `backend`, ...) are refused by name, each with the reason.
@@ -38,6 +38,12 @@ struct pool_options {
   /// default only the pool's own cap applies: 1/512 of the device (see expandable_source.hpp for
   /// the policy and its measurements).
   std::size_t map_chunk_bytes{unlimited};
+  /// Expandable segments: requests from this size on (a language model's logits and their
+  /// gradients, whole-batch buffers) grow a range of their own, the *huge range*, where a block is
+  /// placed away from a live predecessor of its size (see expandable_source.hpp); they take a free
+  /// block of the large range only when their own range has none, and other requests take theirs
+  /// only under pressure. `unlimited`: no huge range.
+  std::size_t huge_request_bytes{std::size_t{512} << 20};
   /// Grow segments by mapping 2 MiB granules into one reserved range per stream and size class,
   /// where the upstream offers virtual memory (`mgm::vmm_allocator`) and the device supports it.
   bool expandable_segments{true};

@@ -55,15 +55,21 @@ struct block {
     std::size_t slack;          ///< state allocated: size - the bytes requested
     std::uint32_t index_class;  ///< state free: the class it is filed under (`tlsf_index`), set when inserted
   } sized{0};
-  std::uint32_t idle_pos{0};     ///< an idle plain segment: its place in the idle index + 1 (0: not there)
+  union {
+    std::uint32_t idle_pos;    ///< an idle plain segment: its place in the idle index + 1 (0: not there)
+    std::uint32_t huge_order;  ///< allocated in a huge range: the pool's huge allocations until it (modulo 2^32)
+  } pos{0};
   block_state state{block_state::free};
   std::uint8_t small{0};          ///< from a small segment
   std::uint8_t extra_streams{0};  ///< used on other streams too (record_stream)
-  std::uint8_t vm{0};  ///< bit 0: in an expandable segment; bit 1: no memory mapped behind it; bit 2: merge deferred
+  /// bit 0: in an expandable segment; bit 1: no memory mapped behind it; bit 2: merge deferred;
+  /// bit 3: in a huge range (`pool_options::huge_request_bytes`)
+  std::uint8_t vm{0};
 
   [[nodiscard]] bool whole_segment() const noexcept { return prev == nullptr && next == nullptr; }
   [[nodiscard]] bool expandable() const noexcept { return (vm & 1U) != 0; }
   [[nodiscard]] bool unmapped() const noexcept { return (vm & 2U) != 0; }
+  [[nodiscard]] bool huge() const noexcept { return (vm & 8U) != 0; }
   void set_unmapped(bool value) noexcept { vm = static_cast<std::uint8_t>(value ? (vm | 2U) : (vm & ~2U)); }
   /// Free, in its owner's index unmerged with its free neighbours, and on the owner's deferred list
   /// (`stream_slot::deferred`): the merge waits for the list's next coalescing.

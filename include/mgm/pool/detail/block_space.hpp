@@ -52,7 +52,7 @@ class block_space {
   /// Inlined: it is half of every free and of every split on the hit path.
   MGM_HOT_INLINE block* insert_free(block* b) noexcept {
     b->state = block_state::free;
-    tlsf_index& index = b->owner->index(b->small != 0);
+    tlsf_index& index = b->owner->index_of(*b);
     // Loops, not ifs: deferred merges leave runs of free neighbours (at most one on each side otherwise).
     for (block* p = b->prev; p != nullptr && p->state == block_state::free && p->owner == b->owner && !p->unmapped();
          p = b->prev) {
@@ -117,7 +117,7 @@ class block_space {
   /// Takes a free block out of its owner's index (and the idle figures).
   MGM_HOT_INLINE void take_free(block* b) noexcept {
     b->vm &= ~4U;  // no longer deferred: its list entry is skipped
-    b->owner->index(b->small != 0).remove(b);
+    b->owner->index_of(*b).remove(b);
     if (b->whole_segment()) [[unlikely]] leave_idle(b);
   }
 
@@ -126,7 +126,7 @@ class block_space {
   void insert_unmapped(block* b) noexcept {
     b->state = block_state::free;
     b->set_unmapped(true);
-    tlsf_index& index = b->owner->unmapped_index(b->small != 0);
+    tlsf_index& index = b->owner->unmapped_of(*b);
     if (block* p = b->prev; p != nullptr && p->state == block_state::free && p->unmapped()) {
       index.remove(p);
       p->size += b->size;
@@ -194,17 +194,17 @@ class block_space {
     idle += b->size;
     if (index_idle_ && !b->expandable() && b->owner->capture_pool == 0) {
       idle_segments_.push_back(b);  // capacity reserved when the segment was made
-      b->idle_pos = static_cast<std::uint32_t>(idle_segments_.size());
+      b->pos.idle_pos = static_cast<std::uint32_t>(idle_segments_.size());
     }
   }
   MGM_HOT_INLINE void leave_idle(block* b) noexcept {
     idle -= b->size;
-    if (b->idle_pos != 0) {
+    if (!b->expandable() && b->pos.idle_pos != 0) {
       block* last = idle_segments_.back();
-      idle_segments_[b->idle_pos - 1] = last;
-      last->idle_pos = b->idle_pos;
+      idle_segments_[b->pos.idle_pos - 1] = last;
+      last->pos.idle_pos = b->pos.idle_pos;
       idle_segments_.pop_back();
-      b->idle_pos = 0;
+      b->pos.idle_pos = 0;
     }
   }
 

@@ -36,11 +36,27 @@
 ///   chunks of free blocks into a growth instead (unmapped there, mapped here) was measured and
 ///   left out: no fewer late calls (2,062; 1,938 when a moved chunk may pass the lack), and worse
 ///   fits (GPT-2 1.0097 to 1.0111, the generated ResNet-50 1.0084 to 1.0122), since a pool that
-///   moves memory gives back less at its limit. GPT-2's trace keeps each step's logits until the
-///   next step's exist (`logits, loss = model(...)`): at the peak, the previous step's 785 MiB of
-///   bf16 logits were just freed where none of the peak's 1.57 GiB fp32 blocks fits. A layout that
-///   never changes holds them beside the peak (1.084 x peak live without a cap); at 1.05 x, the
-///   pool must give memory back and map it again every step.
+///   moves memory gives back less at its limit.
+/// - **The huge range.** Requests of `pool_options::huge_request_bytes` (512 MiB) and more grow a
+///   range of their own, which maps nothing ahead (the next huge request is as large), and take
+///   an end of a free block chosen by `pool_slow_paths::take_huge`: away from a live predecessor
+///   of their size, else beside the younger neighbour. Other requests take its blocks only under
+///   pressure (`pool_slow_paths::from_other_pool`). A language model keeps each step's logits until
+///   the next step's exist (`logits, loss = model(...)`): at GPT-2's peak the previous step's
+///   785 MiB of bf16 logits were just freed where none of the loss's 1.57 GiB fp32 blocks fit, so
+///   one range held 8 logit sizes for 7 live (1.084 x peak live) and, at 1.05 x, gave memory back
+///   and mapped it again every step. In the huge range the logits alternate between its ends and
+///   the loss's blocks fill the middle: 7 sizes. Measured with `scripts/bench` (6 iterations,
+///   typical model): reserved / live GPT-2 124M 1.084 -> 1.040, GPT 1.3B 1.032 -> 1.018, 2.7B
+///   1.032 -> 1.023, U-Net 1.033 -> 1.030, every other trace as before; late driver calls at
+///   1.05 x peak live, GPT-2 2,030 -> 0; `mgm replay --fit` GPT-2 1.0097 -> 1.0074, U-Net 1.0057
+///   -> 1.0127 (its two 741 MiB blocks kept apart near its limit), the others within 1.01.
+///   Measured and left out: a huge request taking the large range's block when it fits better
+///   than the huge range's (GPT-2 1.136, since the next step's logits landed in the large range);
+///   a huge range that maps ahead as the large one does (GPT-2 1.057); a threshold of 256 or
+///   384 MiB (a simulation of the ranges: GPT 1.3B's 392 MiB activations kept apart, 1.016 ->
+///   1.041); placement by the neighbour's size alone (the loss's blocks beside an earlier sibling
+///   of theirs pushed the next logits into a growth: 8 sizes again from the third step).
 /// CUDA cannot unmap part of a mapping, so a chunk is also the unit of unmapping: an idle block
 /// gives back the chunks it covers whole.
 ///
@@ -100,6 +116,7 @@ class expandable_source {
     std::size_t bytes{0};
     stream_slot* owner{nullptr};
     bool small{false};
+    bool huge{false};  // a huge range (`pool_options::huge_request_bytes`)
     block* head{nullptr};
     std::vector<handle> handles;  // per granule, up to the end of the highest growth tried (0: unmapped)
     std::size_t mapped{0};  // bytes of its granules that are mapped
@@ -166,12 +183,13 @@ class expandable_source {
   /// changed then but perhaps a new reserved range. When it throws, the same.
   template <class Budget>
   block* try_grow(std::unique_lock<pool_mutex>& lock, Upstream& upstream, block_space<Statistics>& space,
-                  stream_slot& slot, std::size_t size, bool small, Budget&& budget, bool minimal = false) {
+                  stream_slot& slot, std::size_t size, bool small, Budget&& budget, bool minimal = false,
+                  bool huge = false) {
     if constexpr (!vmm_allocator<Upstream>) {
-      (void)lock, (void)upstream, (void)space, (void)slot, (void)size, (void)small, (void)budget, (void)minimal;
+      (void)lock, (void)upstream, (void)space, (void)slot, (void)size, (void)small, (void)budget, (void)minimal, (void)huge;
       return nullptr;
     } else {
-      tlsf_index& free_ranges = slot.unmapped_index(small);
+      tlsf_index& free_ranges = huge ? slot.unmapped_huge : slot.unmapped_index(small);
       block* u = free_ranges.find(size);
       if (u == nullptr) u = free_ranges.scan(size);
       if (u == nullptr) {
@@ -181,8 +199,8 @@ class expandable_source {
         // (nor should a terabyte of address space be reserved to find out).
         const growth_budget limits = budget();
         if (whole > limits.room || whole > capacity(upstream, limits)) return nullptr;
-        if (!reserve(lock, upstream, space, slot, size, small)) return nullptr;
-        return try_grow(lock, upstream, space, slot, size, small, budget, minimal);
+        if (!reserve(lock, upstream, space, slot, size, small, huge)) return nullptr;
+        return try_grow(lock, upstream, space, slot, size, small, budget, minimal, huge);
       }
       // Start from a free mapped neighbour below, so that growth extends it.
       block* below = u->prev;
@@ -206,7 +224,8 @@ class expandable_source {
       const bool full = policy.near_full(cap, avail, map_bytes);
       if (!minimal) {
         map_bytes = full ? policy.padded(avail, map_bytes)
-                         : std::max(map_bytes, policy.ahead_bytes(cap, avail, seg.mapped, free_mapped(seg), size));
+                 : seg.huge ? map_bytes  // the next huge request is as large: what is mapped ahead serves none
+                            : std::max(map_bytes, policy.ahead_bytes(cap, avail, seg.mapped, free_mapped(seg), size));
       }
       map_bytes = std::min(map_bytes, u->size);
       space.arena.reserve(1);  // the split below: nothing may fail after mapping
@@ -242,14 +261,14 @@ class expandable_source {
         undo_map(va, map_bytes, chunk, made, mapped);
         lock.lock();
         space.growing -= map_bytes;
-        restore(space, u, below, slot, small);
+        restore(space, u, below, slot);
         throw;
       }
       if (!ok) undo_map(va, map_bytes, chunk, made, mapped);
       lock.lock();
       space.growing -= map_bytes;
       if (!ok) {
-        restore(space, u, below, slot, small);
+        restore(space, u, below, slot);
         return nullptr;
       }
       try {  // a peer granted access while the lock was released: give it these granules too
@@ -382,7 +401,7 @@ class expandable_source {
       for (block* b = seg->head; b != nullptr;) {
         block* next = b->next;
         if (b->owner == gone && b->state == block_state::free && b->unmapped()) {
-          gone->unmapped_index(b->small != 0).remove(b);
+          gone->unmapped_of(*b).remove(b);
           b->owner = home;
           space.insert_unmapped(b);
         } else if (b->owner == gone && b->state == block_state::pending) {
@@ -524,16 +543,16 @@ class expandable_source {
     return {seg.base + first * granule_, seg.base + g * granule_};
   }
 
-  static void restore(block_space<Statistics>& space, block* u, block* below, stream_slot& slot, bool small) noexcept {
+  static void restore(block_space<Statistics>& space, block* u, block* below, stream_slot& slot) noexcept {
     u->state = block_state::free;
-    slot.unmapped_index(small).insert(u);
+    slot.unmapped_of(*u).insert(u);
     if (below != nullptr) space.insert_free(below);
   }
 
   /// A new reserved range for the stream and size class (the device's memory and an eighth, as
   /// PyTorch reserves, or the request if larger). False when the address space is exhausted.
   bool reserve(std::unique_lock<pool_mutex>& lock, Upstream& upstream, block_space<Statistics>& space,
-               stream_slot& slot, std::size_t size, bool small) {
+               stream_slot& slot, std::size_t size, bool small, bool huge) {
     if constexpr (vmm_allocator<Upstream>) {
       std::size_t bytes = upstream.total_bytes() / 8 * 9;
       bytes = std::max(bytes, size);
@@ -559,11 +578,12 @@ class expandable_source {
       seg->bytes = bytes;
       seg->owner = &slot;
       seg->small = small;
+      seg->huge = huge;
       block* head = space.arena.make();
       head->addr = seg->base;
       head->size = bytes;
       head->small = small ? 1 : 0;
-      head->vm = 1;
+      head->vm = huge ? 9 : 1;
       head->owner = &slot;
       seg->head = head;
       segments_.push_back(std::move(seg));

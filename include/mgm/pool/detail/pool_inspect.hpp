@@ -115,7 +115,7 @@ struct pool_inspect {
     std::size_t largest = 0;
     std::size_t free_bytes = 0;
     for_each_slot(p, [&](const stream_slot& slot) {
-      for (const tlsf_index* index : {&slot.small, &slot.large}) {
+      for (const tlsf_index* index : {&slot.small, &slot.large, &slot.huge}) {
         free_bytes += index->bytes();
         if (const block* b = index->largest(); b != nullptr) largest = std::max(largest, b->size);
       }
@@ -169,7 +169,7 @@ struct pool_inspect {
             if (space.indexes_idle() && !b->expandable() && b->owner->capture_pool == 0) {
               ++idle_plain;
               const auto& list = space.idle_segments();
-              if (b->idle_pos == 0 || b->idle_pos > list.size() || list[b->idle_pos - 1] != b) {
+              if (b->pos.idle_pos == 0 || b->pos.idle_pos > list.size() || list[b->pos.idle_pos - 1] != b) {
                 fail("an idle plain segment is not in the idle index");
               }
             }
@@ -183,7 +183,7 @@ struct pool_inspect {
     });
     std::size_t indexed = 0, indexed_unmapped = 0;
     for_each_slot(p, [&](const stream_slot& slot) {
-      for (const tlsf_index* index : {&slot.small, &slot.large}) {
+      for (const tlsf_index* index : {&slot.small, &slot.large, &slot.huge}) {
         index->for_each([&](const block* b) {
           if (b->state != block_state::free || b->unmapped() || b->owner != &slot) {
             fail("a slot's index holds a block that is not its free mapped block");
@@ -202,7 +202,7 @@ struct pool_inspect {
         });
         indexed += index->bytes();
       }
-      for (const tlsf_index* index : {&slot.unmapped_small, &slot.unmapped_large}) indexed_unmapped += index->bytes();
+      for (const tlsf_index* index : {&slot.unmapped_small, &slot.unmapped_large, &slot.unmapped_huge}) indexed_unmapped += index->bytes();
     });
     if (mapped != space.reserved) fail("reserved != the sum of mapped block sizes");
     if (space.reserved != allocated + pending + free_bytes) fail("reserved != allocated + pending + free");
@@ -212,10 +212,10 @@ struct pool_inspect {
     if (idle != space.idle) fail("idle bytes != the sum of free whole segments");
     if (idle_plain != space.idle_segments().size()) fail("the idle index holds blocks that are not idle segments");
     if (allocated_count != space.map.size()) fail("the block map and the allocated blocks disagree");
-    if (static_cast<std::size_t>(space.stats.reserved_bytes.current) != space.reserved) {
-      fail("the reserved statistic != reserved");
-    }
-    if constexpr (Pool::statistics_enabled) {
+    if constexpr (Pool::statistics_enabled) {  // (a pool without statistics counts none)
+      if (static_cast<std::size_t>(space.stats.reserved_bytes.current) != space.reserved) {
+        fail("the reserved statistic != reserved");
+      }
       if (static_cast<std::size_t>(space.stats.allocated_bytes.current) != allocated) {
         fail("the allocated statistic != the sum of allocated blocks");
       }

@@ -33,19 +33,30 @@ struct pool_slow_paths {
     // Deferred merges first: a small request may fit in what they join (found by `find` again), and
     // a stream that steals sees merged blocks. Then the request's own class, walked whole.
     if (small) p.space_.coalesce_all(p.cache_.slots());
-    tlsf_index& index = slot.index(small);
-    block* own = small ? index.find(size) : nullptr;
-    if (own == nullptr || !p.acceptable(own, size)) own = index.scan(size);
-    if (own != nullptr && p.acceptable(own, size)) {
-      p.prepare();
-      p.space_.take_free(own);
-      return own;
+    const bool huge = size >= p.huge_bytes_;
+    if (huge) {
+      if (block* b = take_huge(p, slot, size)) {
+        if (b->huge()) b->pos.huge_order = ++p.huge_allocs_;
+        return b;
+      }
+    } else {
+      tlsf_index& index = slot.index(small);
+      block* own = small ? index.find(size) : nullptr;
+      if (own == nullptr || !p.acceptable(own, size)) own = index.scan(size);
+      if (own != nullptr && p.acceptable(own, size)) {
+        p.prepare();
+        p.space_.take_free(own);
+        return own;
+      }
     }
     const auto accept = [&](const block* b) { return p.acceptable(b, size); };
-    if (block* b = p.cache_.steal(p.space_, slot, size, small, stream, accept)) {
+    block* stolen = huge ? p.cache_.steal(p.space_, slot, size, false, stream, accept, true) : nullptr;
+    if (stolen == nullptr) stolen = p.cache_.steal(p.space_, slot, size, small, stream, accept);
+    if (stolen != nullptr) {
       if constexpr (Pool::statistics_enabled) ++p.space_.stats.stream_steals;
-      p.prepare_or_put_back(b);
-      return b;
+      p.prepare_or_put_back(stolen);
+      if (stolen->huge()) stolen->pos.huge_order = ++p.huge_allocs_;
+      return stolen;
     }
     // Small requests keep plain segments (2 MiB, 4 MiB on a large device: `plain_segment_size`):
     // released whole when idle, they fragment less than small blocks packed into a shared range
@@ -66,7 +77,7 @@ struct pool_slow_paths {
           }
           block* got = nullptr;
           if (grow) {
-            got = p.expand_.try_grow(lock, p.upstream_, p.space_, slot, size, small, budget, minimal);
+            got = p.expand_.try_grow(lock, p.upstream_, p.space_, slot, size, small, budget, minimal, huge);
           } else if (const std::size_t seg = plain_segment_size(p, size, small, minimal); seg <= budget().room) {
             got = p.plain_.take(lock, p.upstream_, p.ops_, p.space_, p.plain_.heads(), slot, seg, small, stream, false);
           }
@@ -76,7 +87,57 @@ struct pool_slow_paths {
         [&] { reclaim(p, lock); }, [&] { return pool_inspect::describe_oom(p, size); });
     if constexpr (Pool::statistics_enabled) ++p.space_.stats.cache_misses;
     p.prepare_or_put_back(b);
+    if (b->huge()) b->pos.huge_order = ++p.huge_allocs_;
     return b;
+  }
+
+  /// A huge request (`pool_options::huge_request_bytes`) from `slot`'s own cache: a free block of
+  /// its huge range, else one of its large range (before the huge range grows); nullptr when
+  /// neither has one that fits. In the huge range the request takes one end of the free block:
+  /// - the end away from its *predecessor*, a live block of its size allocated before the last
+  ///   free of a huge block (a step's logits are allocated while the previous step's live:
+  ///   beside them, the new ones would cut in two the space that the blocks freed with the old
+  ///   ones join);
+  /// - else the end beside the younger live neighbour (the blocks of one phase are packed
+  ///   together and freed together; a free or absent neighbour counts as the oldest);
+  /// - else the lower end.
+  /// Measured with the unit test of the pattern (double-buffered logits beside the loss's fp32
+  /// blocks) and `scripts/bench`: see expandable_source.hpp. A misjudged order (2^31 huge
+  /// allocations apart) changes where a block goes, nothing else.
+  template <class Pool>
+  static block* take_huge(Pool& p, stream_slot& slot, std::size_t size) {
+    block* h = slot.huge.find(size);
+    if (h == nullptr) h = slot.huge.scan(size);
+    if (h == nullptr) {
+      block* l = slot.large.find(size);
+      if (l == nullptr || !p.acceptable(l, size)) l = slot.large.scan(size);
+      if (l == nullptr || !p.acceptable(l, size)) return nullptr;
+      p.prepare();
+      p.space_.take_free(l);
+      return l;
+    }
+    p.prepare();  // the one record a split needs: the block taken is the request's size, hand_out splits nothing
+    p.space_.take_free(h);
+    if (h->size > size && place_high(p, h, size)) {
+      block* top = p.space_.split_off(h, h->size - size);
+      top->state = block_state::allocated;  // handed out next: h must not merge it back
+      p.space_.insert_free(h);
+      return top;
+    }
+    return h;
+  }
+  template <class Pool>
+  static bool place_high(const Pool& p, const block* h, std::size_t size) noexcept {
+    const auto live = [](const block* n) { return n != nullptr && n->state == block_state::allocated; };
+    const auto before = [](std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) <= 0; };
+    const auto predecessor = [&](const block* n) {
+      return live(n) && n->size == size && before(n->pos.huge_order, p.huge_freed_at_);
+    };
+    const bool lo = predecessor(h->prev);
+    const bool hi = predecessor(h->next);
+    if (lo != hi) return lo;
+    if (live(h->prev) && live(h->next)) return !before(h->next->pos.huge_order, h->prev->pos.huge_order);
+    return live(h->next);
   }
 
   /// A new plain segment's size (`segment_source::segment_size`), but a small segment is twice
@@ -114,14 +175,21 @@ struct pool_slow_paths {
   static block* from_other_pool(Pool& p, stream_slot& slot, std::size_t size, bool small, stream_ref stream) {
     if (small) p.space_.coalesce_all(p.cache_.slots());  // an idle small segment is one block again
     const auto accept = [&](const block* b) { return p.acceptable(b, size); };
-    tlsf_index& index = slot.index(small);
-    block* found = index.find(size);
-    if (found == nullptr || !accept(found)) found = index.scan(size);
-    if (found != nullptr && accept(found)) {
+    const auto look = [&](tlsf_index& index) -> block* {
+      block* found = index.find(size);
+      if (found == nullptr || !accept(found)) found = index.scan(size);
+      if (found == nullptr || !accept(found)) return nullptr;
       p.space_.take_free(found);
       return found;
+    };
+    // A large request also takes a free block of the huge range: at its limit the pool can no
+    // longer keep the huge requests' memory apart.
+    if (block* found = look(slot.index(small))) return found;
+    if (small) {
+      if (block* found = look(slot.huge)) return found;
     }
-    return p.cache_.steal(p.space_, slot, size, small, stream, accept);
+    if (block* b = p.cache_.steal(p.space_, slot, size, small, stream, accept)) return b;
+    return small ? p.cache_.steal(p.space_, slot, size, false, stream, accept, true) : nullptr;
   }
 
   /// An allocation on a capturing stream: from its capture's private pool, with no event query;

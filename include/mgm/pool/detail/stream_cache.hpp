@@ -40,8 +40,10 @@ struct stream_slot {
   cudaStream_t stream{nullptr};
   tlsf_index small;
   tlsf_index large;
+  tlsf_index huge;  ///< blocks of its huge range (`pool_options::huge_request_bytes`)
   tlsf_index unmapped_small;  ///< free ranges of its expandable segments with no memory behind them
   tlsf_index unmapped_large;
+  tlsf_index unmapped_huge;
   std::uint64_t free_epoch{0};   ///< frees into this slot so far
   std::uint64_t event_epoch{0};  ///< `free_epoch` when `event` was last recorded
   int event{-1};                 ///< index into the event pool, -1: none yet
@@ -56,9 +58,12 @@ struct stream_slot {
 
   tlsf_index& index(bool is_small) noexcept { return is_small ? small : large; }
   tlsf_index& unmapped_index(bool is_small) noexcept { return is_small ? unmapped_small : unmapped_large; }
+  /// The index a free block of this slot belongs in (its unmapped one: `unmapped_of`).
+  MGM_HOT_INLINE tlsf_index& index_of(const block& b) noexcept { return b.small != 0 ? small : b.huge() ? huge : large; }
+  tlsf_index& unmapped_of(const block& b) noexcept { return b.small != 0 ? unmapped_small : b.huge() ? unmapped_huge : unmapped_large; }
   /// The epoch of a free now.
   std::uint64_t next_epoch() noexcept { return ++free_epoch; }
-  [[nodiscard]] std::size_t free_bytes() const noexcept { return small.bytes() + large.bytes(); }
+  [[nodiscard]] std::size_t free_bytes() const noexcept { return small.bytes() + large.bytes() + huge.bytes(); }
 };
 
 /// The slot's recorded event covers a block it freed at `block_epoch`.
@@ -207,12 +212,13 @@ class stream_cache {
   /// for on the device, never the host); out of its index, owned by `slot`. Nothing changes
   /// when it throws.
   template <class Space, class Accept>
-  block* steal(Space& space, stream_slot& slot, std::size_t size, bool small, stream_ref stream, Accept&& accept) {
+  block* steal(Space& space, stream_slot& slot, std::size_t size, bool small, stream_ref stream, Accept&& accept,
+              bool huge = false) {
     block* found = nullptr;
     stream_slot* from = nullptr;
     slots_.for_each([&](stream_slot& other) {
       if (found != nullptr || &other == &slot) return;
-      tlsf_index& index = other.index(small);
+      tlsf_index& index = huge ? other.huge : other.index(small);
       if (index.empty()) return;
       block* b = index.find(size);
       if (b == nullptr || !accept(b)) b = index.scan(size);

@@ -28,7 +28,7 @@ void pool_inspect::forget_stream(Pool& p, stream_ref stream) {
   bool must_wait = p.pending_.used_on(handle);
   p.captures_.for_each([&](const private_pool& pp) { must_wait = must_wait || pp.slots.find(handle) != nullptr; });
   if (gone != nullptr) {
-    for (tlsf_index* index : {&gone->small, &gone->large}) index->for_each([&](block* b) { cached.push_back(b); });
+    for (tlsf_index* index : {&gone->small, &gone->large, &gone->huge}) index->for_each([&](block* b) { cached.push_back(b); });
     for (const auto& e : p.pending_.entries()) pending_of_gone += e.b->owner == gone ? 1 : 0;
     for (block* b = p.pending_.stuck(); b != nullptr; b = b->u.waiting.next) must_wait = must_wait || b->owner == gone;
   }
