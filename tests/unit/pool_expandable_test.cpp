@@ -355,10 +355,10 @@ TEST_CASE("expandable: the mapping policy's arithmetic", "[pool][expandable]") {
   const std::size_t cap = 80 * std::size_t{1} << 30;
   REQUIRE(p.largest_chunk(cap, 0, 0) == 160 * MiB);
   REQUIRE(p.largest_chunk(64 * MiB, 0, 0) == 2 * MiB);  // never below a granule
-  // While what may be mapped is at least 4 x what is mapped, 1/16 of the mapped bytes when more.
-  REQUIRE(p.largest_chunk(cap, 40000 * MiB, 3200 * MiB) == 200 * MiB);
+  // While what may be mapped is at least 8 x what is mapped, 1/16 of the mapped bytes when more.
+  REQUIRE(p.largest_chunk(cap, 25600 * MiB, 3200 * MiB) == 200 * MiB);
   REQUIRE(p.largest_chunk(cap, 40000 * MiB, 3201 * MiB) == 200 * MiB);  // whole granules
-  REQUIRE(p.largest_chunk(cap, 12000 * MiB, 3200 * MiB) == 160 * MiB);  // less than 4 x room
+  REQUIRE(p.largest_chunk(cap, 25598 * MiB, 3200 * MiB) == 160 * MiB);  // less than 8 x room
   REQUIRE(p.largest_chunk(cap, 40000 * MiB, 1600 * MiB) == 160 * MiB);  // 100 < 160
   REQUIRE(p.margin(cap) == 2560 * MiB);
   REQUIRE(p.near_full(cap, 3000 * MiB, 500 * MiB));

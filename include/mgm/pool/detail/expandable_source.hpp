@@ -5,7 +5,7 @@
 /// ## Chunks and the mapping policy
 /// A growth is one `set_access` and, per physical chunk, one `create` and one `map`: one chunk for
 /// what the request needs (whole granules) up to 1/512 of the device (1/16 of the segment's mapped
-/// bytes when more, while four times those bytes stay available: `mapping_policy::largest_chunk`),
+/// bytes when more, while eight times those bytes stay available: `mapping_policy::largest_chunk`),
 /// or `pool_options::map_chunk_bytes` when that option is smaller (unlimited by default); the
 /// growth's last chunk takes the tail, up to twice that less a granule, where a chunk of its own
 /// for the tail cost one more create (`scripts/bench`, 6 iterations, typical model: creates
@@ -50,7 +50,9 @@
 ///   typical model): reserved / live GPT-2 124M 1.084 -> 1.040, GPT 1.3B 1.032 -> 1.018, 2.7B
 ///   1.032 -> 1.023, U-Net 1.033 -> 1.030, every other trace as before; late driver calls at
 ///   1.05 x peak live, GPT-2 2,030 -> 0; `mgm replay --fit` GPT-2 1.0097 -> 1.0074, U-Net 1.0057
-///   -> 1.0127 (its two 741 MiB blocks kept apart near its limit), the others within 1.01.
+///   -> 1.0127 (at its limit an idle 84 MiB block of the large range lay in a chunk that a live
+///   block shared, which no release can unmap; chunks that stay smaller near a limit brought it
+///   to 1.0033: `mapping_policy::largest_chunk`), the others within 1.01.
 ///   Measured and left out: a huge request taking the large range's block when it fits better
 ///   than the huge range's (GPT-2 1.136, since the next step's logits landed in the large range);
 ///   a huge range that maps ahead as the large one does (GPT-2 1.057); a threshold of 256 or
