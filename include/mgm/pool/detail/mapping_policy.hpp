@@ -19,8 +19,8 @@ struct mapping_policy {
   /// (`avail`) is at least `room_factor` times what the segment has `mapped`, 1/`growth_share` of
   /// `mapped` when that is more: chunks grow with the range while memory is plentiful, since each
   /// cuMemCreate costs about 143 us whatever its size. Near a limit they stay small: a chunk is
-  /// also what an idle block must cover whole to be given back. Measured (`mgm replay --fit`, the smallest
-  /// capacity that runs a trace, over its peak live bytes): with one chunk per growth, U-Net 1.024,
+  /// also what an idle block must cover whole to be given back. Measured (`mgm replay --fit`, the
+  /// smallest capacity that runs a trace, over its peak live bytes): with one chunk per growth, U-Net 1.024,
   /// the generated ResNet-50 1.014, GPT-2 1.084 and GPT 1.3B 1.021; with 1/512, 1.003, 1.008, 1.010
   /// and 1.003. Growing chunks (`scripts/bench`, 6 iterations, typical model, no cap): creates
   /// ResNet-32 95 -> 64, U-Net 72 -> 53, GPT 1.3B 305 -> 246, GPT 2.7B 312 -> 248, modelled driver
