@@ -48,6 +48,22 @@ TEST_CASE("mgm topo --file reproduces every real matrix", "[tool][realdata]") {
   CHECK(bad.err.find("/nonexistent/topo.txt: no such file") != std::string::npos);
 }
 
+TEST_CASE("mgm topo takes the file as its one argument too", "[tool][realdata]") {
+  const auto topologies = mgm_test::shared_data("topologies");
+  if (topologies.empty()) return;
+  const std::string file = (topologies / "topo_dgx1_v100_8gpu_hybridcubemesh_oneflow_dlperf.txt").string();
+  const auto named = run_mgm("topo --bandwidth --file '" + file + "'");
+  const auto positional = run_mgm("topo '" + file + "' --bandwidth");
+  REQUIRE(named.rc == 0);
+  REQUIRE(positional.rc == 0);
+  CHECK(positional.out == named.out);
+  const auto bad = run_mgm("topo /nonexistent/topo.txt");
+  CHECK(bad.rc == 2);
+  CHECK(bad.err.find("/nonexistent/topo.txt: no such file") != std::string::npos);
+  const auto two = run_mgm("topo '" + file + "' '" + file + "'");
+  CHECK(two.rc == 1);
+}
+
 // Issue 15: NIC rows, --json's NICs, NUMA IDs and bandwidth sources, NVLink generations, headers.
 TEST_CASE("mgm topo: NIC-to-NIC cells, --json with NICs, GPU NUMA IDs and bandwidth sources", "[tool]") {
   const auto dir = scratch();

@@ -119,12 +119,12 @@ void add_topo(CLI::App& app, context& ctx) {
   auto file = std::make_shared<std::string>();
   auto bandwidth = std::make_shared<bool>(false);
   auto format = std::make_shared<std::string>("smi");
-  cmd->add_option("--file", *file, "A saved `nvidia-smi topo -m` output or an NCCL topology XML");
+  cmd->add_option("file,--file", *file, "A saved `nvidia-smi topo -m` output or an NCCL topology XML (also as the one argument)");
   cmd->add_flag("--bandwidth", *bandwidth, "Add the per-direction bandwidth of each pair (GB/s, with its source)");
   cmd->add_option("--format", *format, "smi: nvidia-smi topo -m's matrix; slurm: gres.conf lines (Links=, Cores=)")
       ->check(CLI::IsMember({"smi", "slurm"}))
       ->capture_default_str();
-  cmd->footer("Example: mgm topo --file topo.txt --bandwidth    (or: mgm --sim dgx-h100 topo --format slurm)");
+  cmd->footer("Example: mgm topo topo.txt --bandwidth    (or: mgm topo --file topo.xml; mgm --sim dgx-h100 topo --format slurm)");
   cmd->callback([&ctx, file, bandwidth, format] {
     if (*format == "slurm" && (ctx.json || *bandwidth)) {
       throw tool_error{exit_usage, "--format slurm writes gres.conf lines: it takes neither --json nor --bandwidth"};
