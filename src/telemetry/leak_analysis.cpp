@@ -47,6 +47,10 @@ run_report analyse_run(std::span<const series_point> p, std::size_t s, std::size
   }
   r.noise_mib = noise_of(window);
   r.slope = theil_sen(window, o.max_pairs);
+  // A climb in a few bursts is worth a few readings, not hundreds: widen the interval for that.
+  if (const double k = independent_readings(window, r.slope); k < static_cast<double>(window.size())) {
+    r.slope = theil_sen(window, o.max_pairs, k);
+  }
   {
     std::vector<double> v;
     for (const auto& x : window) v.push_back(x.mib);

@@ -89,10 +89,11 @@ struct splitmix64 {
 
 using namespace leak_detail;
 
-slope_estimate theil_sen(std::span<const series_point> points, std::size_t max_pairs) {
+slope_estimate theil_sen(std::span<const series_point> points, std::size_t max_pairs, double independent_points) {
   slope_estimate out;
   const std::size_t n = points.size();
   out.points = n;
+  out.independent_points = static_cast<double>(n);
   if (n < 2) return out;
   const double all_pairs = static_cast<double>(n) * static_cast<double>(n - 1) / 2.0;
   std::vector<double> slopes;
@@ -118,9 +119,11 @@ slope_estimate theil_sen(std::span<const series_point> points, std::size_t max_p
   out.pairs = slopes.size();
   if (slopes.empty()) return out;
   out.mib_per_min = median_of(slopes) * 60.0;
-  // Sen's interval: the order statistics at (N ± z·sqrt(Var S)) / 2, scaled to the pairs used.
+  // Sen's interval: the order statistics at (N ± z·sqrt(Var S)) / 2, scaled to the pairs used; Var S
+  // grows by n / n* when only n* of the readings are independent.
   const double nd = static_cast<double>(n);
-  const double c = sen_z95 * std::sqrt(nd * (nd - 1.0) * (2.0 * nd + 5.0) / 18.0);
+  if (independent_points > 0.0 && independent_points < nd) out.independent_points = independent_points;
+  const double c = sen_z95 * std::sqrt(nd * (nd - 1.0) * (2.0 * nd + 5.0) / 18.0 * (nd / out.independent_points));
   const double lo_share = std::clamp((all_pairs - c) / (2.0 * all_pairs), 0.0, 1.0);
   const double hi_share = std::clamp((all_pairs + c) / (2.0 * all_pairs), 0.0, 1.0);
   const std::size_t last = slopes.size() - 1;
@@ -129,6 +132,31 @@ slope_estimate theil_sen(std::span<const series_point> points, std::size_t max_p
   out.lower_mib_per_min = std::min(kth(slopes, lo_rank) * 60.0, out.mib_per_min);
   out.upper_mib_per_min = std::max(kth(slopes, hi_rank) * 60.0, out.mib_per_min);
   return out;
+}
+
+double independent_readings(std::span<const series_point> points, const slope_estimate& slope) {
+  const std::size_t n = points.size();
+  const double nd = static_cast<double>(n);
+  if (n < min_window_readings) return nd;
+  const double per_s = slope.mib_per_min / 60.0;
+  std::vector<double> r;
+  r.reserve(n);
+  for (const auto& x : points) r.push_back(x.mib - per_s * x.seconds);
+  std::vector<double> sorted = r;
+  const double intercept = median_of(sorted);
+  double mean = 0.0;
+  for (double& x : r) mean += (x -= intercept);
+  mean /= nd;
+  double var = 0.0;
+  double lag1 = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    var += (r[i] - mean) * (r[i] - mean);
+    if (i > 0) lag1 += (r[i] - mean) * (r[i - 1] - mean);
+  }
+  if (!(var > 0.0)) return nd;  // on the line exactly: nothing wanders
+  const double rho = lag1 / var;
+  if (!(rho > 0.0)) return nd;
+  return std::clamp(nd * (1.0 - rho) / (1.0 + rho), std::min(2.0, nd), nd);
 }
 
 }  // namespace mgm::telemetry

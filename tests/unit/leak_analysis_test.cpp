@@ -28,6 +28,7 @@ using mgm::telemetry::leak_options;
 using mgm::telemetry::leak_reason;
 using mgm::telemetry::leak_verdict;
 using mgm::telemetry::series_point;
+using mgm::telemetry::independent_readings;
 using mgm::telemetry::theil_sen;
 
 using mgm_test::half_gb_per_min_in_mib;
@@ -194,6 +195,48 @@ TEST_CASE("each verdict on a hand-made series", "[leak]") {
     CHECK(r.rate_mib_per_min == Approx(400.0 / 87.0).epsilon(0.05));
     CHECK(r.confidence < 0.7);  // it rests on a few steps
   }
+  SECTION("a climb in a few bursts, flat between them, is a leak resting on steps, not a sure one") {
+    // Like the GPU-Z AMD log: 1 s readings, 1 MiB of jitter, three bursts of 30 s that add 600 MiB
+    // each, with minutes of flat memory between them. Sen's interval, which takes 400 readings as
+    // independent, would put the slope beyond doubt; the residuals say they are worth a few.
+    rng g{15};
+    std::vector<series_point> pts;
+    double level = 500.0;
+    for (int i = 0; i < 420; ++i) {
+      const int k = i % 140;
+      if (k >= 100 && k < 130) level += 20.0;
+      pts.push_back({static_cast<double>(i), std::round(level + g.normal())});
+    }
+    const auto r = analyse_series(pts);
+    CHECK(r.verdict == leak_verdict::leak);
+    CHECK(r.reason == leak_reason::kept_growing);
+    CHECK(r.confidence < 0.7);
+    CHECK(r.runs[0].slope.independent_points < 0.1 * static_cast<double>(r.runs[0].slope.points));
+  }
+}
+
+TEST_CASE("independent readings: all of them around a line, a few along a staircase", "[leak]") {
+  rng g{7};
+  std::vector<series_point> noisy;
+  for (int i = 0; i < 500; ++i) noisy.push_back({i * 10.0, 1000.0 + 0.5 * i + 4.0 * g.normal()});
+  const auto s = theil_sen(noisy);
+  CHECK(independent_readings(noisy, s) > 0.8 * 500);
+  std::vector<series_point> stairs;
+  for (int i = 0; i < 500; ++i) stairs.push_back({i * 10.0, 1000.0 + 200.0 * (i / 100) + 0.5 * g.normal()});
+  const auto st = theil_sen(stairs);
+  const double k = independent_readings(stairs, st);
+  CHECK(k < 0.05 * 500);
+  CHECK(k >= 2.0);
+  // The interval widens with fewer independent readings; the estimate does not move.
+  const auto wide = theil_sen(stairs, 200'000, k);
+  CHECK(wide.mib_per_min == st.mib_per_min);
+  CHECK(wide.independent_points == k);
+  CHECK(st.independent_points == 500.0);
+  CHECK(wide.standard_error() > 3.0 * st.standard_error());
+  // Exactly on a line: nothing wanders, every reading counts.
+  const auto exact = line(50, 60.0, 10.0, 2.0);
+  CHECK(independent_readings(exact, theil_sen(exact)) == 50.0);
+  CHECK(independent_readings(std::vector<series_point>{{0, 1}, {1, 2}}, theil_sen(exact)) == 2.0);
 }
 
 TEST_CASE("a user baseline window sets the warm-up end and the reference level", "[leak]") {
@@ -378,4 +421,22 @@ TEST_CASE("realdata: verdicts on real nvidia-smi logs", "[leak][realdata]") {
     CHECK(r[1].report.verdict == leak_verdict::no_growth);
     CHECK(r[1].report.runs[0].median_mib == 2.0);
   }
+}
+
+TEST_CASE("realdata: a GPU-Z log that climbs in bursts and stops mid-climb", "[leak][realdata]") {
+  const auto dir = mgm_test::shared_data("gpuz");
+  if (dir.empty()) return;
+  // 534 to 4226 MiB in 7.3 minutes, most of it in two bursts of about 20 s, then the log stops at
+  // the top (the next reading, 97 minutes later, is back at idle). It grew and did not level off,
+  // but on a few steps: not the near-certainty Sen's interval gave when it took the readings as
+  // independent (0.99 before).
+  const auto r = analyse_file(dir, "gpuz_sensorlog_amd_2020_amddebug.txt");
+  REQUIRE(r.size() == 1);
+  INFO(to_string(r[0].report.reason));
+  CHECK(r[0].report.verdict == leak_verdict::leak);
+  CHECK(r[0].report.confidence < 0.7);
+  CHECK(r[0].report.confidence > 0.3);
+  REQUIRE_FALSE(r[0].report.runs.empty());
+  CHECK(r[0].report.runs[0].start_level_mib == 534.0);
+  CHECK(r[0].report.runs[0].end_level_mib == 4226.0);
 }

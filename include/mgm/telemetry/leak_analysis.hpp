@@ -74,6 +74,8 @@ struct slope_estimate {
   std::size_t points{0};
   std::size_t pairs{0};         ///< pairwise slopes used (pairs at the same time are skipped)
   bool subsampled{false};       ///< true when the pairs were a deterministic sample of all pairs
+  double independent_points{0}; ///< the readings the interval counts as independent: `points`, or fewer
+                                ///< when the caller corrected for serial correlation (see independent_readings)
 
   /// @brief The standard error implied by the interval: (upper - lower) / (2 · 1.96).
   [[nodiscard]] double standard_error() const noexcept { return (upper_mib_per_min - lower_mib_per_min) / 3.92; }
@@ -82,8 +84,18 @@ struct slope_estimate {
 /// @brief Theil–Sen slope of `points` in MiB/min with Sen's 95 % interval; at most `max_pairs`
 /// pairwise slopes are computed (a fixed-seed sample of them when there are more pairs).
 /// Fewer than two points at different times give a zero estimate with `pairs == 0`.
+/// `independent_points` (0: all of them) widens the interval for serially correlated readings:
+/// the variance of Kendall's S is scaled by points / independent_points (Hamed and Rao, 1998).
 /// **Thread safety:** pure.
-[[nodiscard]] slope_estimate theil_sen(std::span<const series_point> points, std::size_t max_pairs = 200'000);
+[[nodiscard]] slope_estimate theil_sen(std::span<const series_point> points, std::size_t max_pairs = 200'000,
+                                       double independent_points = 0.0);
+
+/// @brief How many independent readings `points` are worth around the line `slope` fits: n (1 − ρ) / (1 + ρ),
+/// where ρ is the lag-1 autocorrelation of the residuals (n when ρ ≤ 0, at least 2). Memory that climbs
+/// in a few bursts with long flat stretches between them leaves residuals that wander far from the line
+/// for many readings at a time: its readings are worth a few, and Sen's interval, which assumes
+/// independent readings, would otherwise be far too narrow for it. **Thread safety:** pure.
+[[nodiscard]] double independent_readings(std::span<const series_point> points, const slope_estimate& slope);
 
 /// @brief A window of time in seconds from the first point of a series.
 struct time_window {
