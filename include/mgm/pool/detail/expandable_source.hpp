@@ -263,14 +263,14 @@ class expandable_source {
         undo_map(va, map_bytes, chunk, made, mapped);
         lock.lock();
         space.growing -= map_bytes;
-        restore(space, u, below, slot);
+        restore(space, u, below);
         throw;
       }
       if (!ok) undo_map(va, map_bytes, chunk, made, mapped);
       lock.lock();
       space.growing -= map_bytes;
       if (!ok) {
-        restore(space, u, below, slot);
+        restore(space, u, below);
         return nullptr;
       }
       try {  // a peer granted access while the lock was released: give it these granules too
@@ -545,9 +545,12 @@ class expandable_source {
     return {seg.base + first * granule_, seg.base + g * granule_};
   }
 
-  static void restore(block_space<Statistics>& space, block* u, block* below, stream_slot& slot) noexcept {
-    u->state = block_state::free;
-    slot.unmapped_of(*u).insert(u);
+  /// A failed growth gives its range back: to the slot that owns the segment now (a forgotten
+  /// stream's segments move while the lock is released), merged with any neighbour that another
+  /// thread unmapped meanwhile (left apart, two halves would never serve a request that needs both).
+  void restore(block_space<Statistics>& space, block* u, block* below) noexcept {
+    u->owner = segment_of(u).owner;
+    space.insert_unmapped(u);
     if (below != nullptr) space.insert_free(below);
   }
 
