@@ -183,6 +183,11 @@ void cuda_vmm_ops::release(physical_handle h) const noexcept {
 void cuda_vmm_ops::map(void* va, std::size_t bytes, physical_handle h) const {
   const auto& a = loaded();
   if (const CUresult r = a.map(reinterpret_cast<CUdeviceptr>(va), bytes, 0, h, 0); r != CUDA_SUCCESS) {
+    // The driver may need memory for the page tables: that is out of memory, for the pool to
+    // reclaim and retry as for cuMemCreate, not a failure to report.
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      throw out_of_memory{"out of memory mapping " + detail::describe_bytes(bytes) + " (cuMemMap)", bytes};
+    }
     fail(r, "cuMemMap");
   }
 }
@@ -204,6 +209,9 @@ void cuda_vmm_ops::set_access(void* va, std::size_t bytes, std::span<const devic
   }
   if (const CUresult r = a.set_access(reinterpret_cast<CUdeviceptr>(va), bytes, descs.data(), descs.size());
       r != CUDA_SUCCESS) {
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      throw out_of_memory{"out of memory setting access to " + detail::describe_bytes(bytes) + " (cuMemSetAccess)", bytes};
+    }
     fail(r, "cuMemSetAccess");
   }
 }

@@ -49,6 +49,8 @@ CUresult guarded(const std::function<void()>& call) {
 }
 
 bool g_address_space_full = false;  // cuMemAddressReserve finds no room left
+bool g_map_oom = false;             // cuMemMap finds no memory for its page tables
+bool g_set_access_oom = false;      // nor cuMemSetAccess
 
 CUresult fake_reserve(CUdeviceptr* ptr, size_t size, size_t, CUdeviceptr addr, unsigned long long flags) {
   if (addr != 0 || flags != 0) return CUDA_ERROR_NOT_SUPPORTED;
@@ -89,6 +91,7 @@ CUresult fake_release(CUmemGenericAllocationHandle h) {
 }
 CUresult fake_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long) {
   if (offset != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (g_map_oom) return CUDA_ERROR_OUT_OF_MEMORY;
   return guarded([&] { g_sim->vmm().map(reinterpret_cast<void*>(ptr), size, h); });
 }
 CUresult fake_unmap(CUdeviceptr ptr, size_t size) {
@@ -102,6 +105,7 @@ CUresult fake_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* de
     }
     readers.push_back(device_id{desc[i].location.id});
   }
+  if (g_set_access_oom) return CUDA_ERROR_OUT_OF_MEMORY;
   return guarded([&] { g_sim->vmm().set_access(reinterpret_cast<void*>(ptr), size, readers); });
 }
 // The recommended granularity is twice the minimum here, so that a test can tell which was asked.
@@ -174,6 +178,8 @@ struct fake_driver_machine {
   ~fake_driver_machine() {
     g_sharing = {};
     g_address_space_full = false;
+    g_map_oom = false;
+    g_set_access_oom = false;
     g_sim = nullptr;
   }
 };
@@ -301,6 +307,29 @@ TEST_CASE("vmm contract: every rule broken once through cuda_vmm_ops over a fake
   });
   // Out of memory is the driver's CUDA_ERROR_OUT_OF_MEMORY, and our out_of_memory.
   REQUIRE_THROWS_AS(vmm.create(device_id{1}, 128 * MiB), mgm::out_of_memory);
+}
+
+TEST_CASE("vmm contract: out of memory from cuMemMap or cuMemSetAccess is out_of_memory, and the pool undoes the growth and serves later", "[pool][vmm]") {
+  for (bool* flag : {&g_map_oom, &g_set_access_oom}) {
+    fake_driver_machine f;
+    const mgm::cuda_vmm_ops vmm{fake_driver()};
+    mgm::pool_options o;
+    o.expandable_segments = true;
+    mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, o};
+    INFO((flag == &g_map_oom ? "cuMemMap" : "cuMemSetAccess"));
+    const std::size_t used_before = f.m.memory(device_id{0}).used_bytes;
+    *flag = true;  // the fixture clears it
+    REQUIRE_THROWS_AS(pool.allocate(16 * MiB), mgm::out_of_memory);  // before: a cuda_error, no reclaim, no handler
+    CHECK(pool.statistics().ooms == 1);
+    CHECK(pool.statistics().reserved_bytes.current == 0);            // the growth was undone: nothing counted as mapped
+    CHECK(f.m.memory(device_id{0}).used_bytes == used_before);      // and no physical memory created was kept
+    *flag = false;
+    void* p = pool.allocate(16 * MiB);  // memory again: the same pool serves
+    REQUIRE(p != nullptr);
+    pool.deallocate(p, 16 * MiB);
+    pool.release();
+    CHECK(f.m.hazards().empty());
+  }
 }
 
 TEST_CASE("vmm contract: an exhausted address space is out_of_memory, and the pool reports it as one", "[pool][vmm]") {
