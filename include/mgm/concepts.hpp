@@ -58,6 +58,10 @@ concept stream_allocator =
 /// |                           | or 0; the legacy default stream (`stream_ref{}`) never captures  |
 /// | `exchange_capture_mode(m)`| sets the calling thread's capture mode, returns the previous one |
 /// |                           | (`cudaThreadExchangeStreamCaptureMode`; see `capture_mode`)      |
+///
+/// Optional: `synchronize_device(d)`, the host blocks until all of `d`'s work completes
+/// (`cudaDeviceSynchronize`). A pool that has it waits so before unmapping its memory at its end
+/// (`stream_ops_can_synchronize_device`); one without it unmaps at once.
 template <class S>
 concept stream_ops = std::copyable<S> && requires(S& s, stream_ref st, typename S::event e, device_id d,
                                                   capture_mode mode) {
@@ -72,6 +76,10 @@ concept stream_ops = std::copyable<S> && requires(S& s, stream_ref st, typename 
   { s.capture_id(st) } -> std::same_as<std::uint64_t>;
   { s.exchange_capture_mode(mode) } -> std::same_as<capture_mode>;
 };
+
+/// @brief Whether seam `S` has the optional `synchronize_device(d)` (see `stream_ops`).
+template <class S>
+concept stream_ops_can_synchronize_device = requires(S& s, device_id d) { s.synchronize_device(d); };
 
 /// @brief Seam 2: virtual memory, for expandable segments (CUDA's `cuMem*` family).
 ///

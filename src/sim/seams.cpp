@@ -128,6 +128,13 @@ void stream_ops::synchronize(event e) {
   if (ev.recorded) dev.now_ns = std::max(dev.now_ns, ev.stamp_ns);
 }
 
+void stream_ops::synchronize_device(device_id d) {
+  auto& dev = machine_->device(d);
+  machine_->check_unsafe_call("cudaDeviceSynchronize");
+  const std::lock_guard lock{dev.mutex};
+  dev.wait_for_all_work();
+}
+
 void stream_ops::destroy_event(event e) noexcept {
   try {
     auto& dev = machine_->device(device_id{static_cast<int>(e.device)});

@@ -17,6 +17,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <cstdint>
@@ -24,6 +26,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 using mgm::device_id;
@@ -49,8 +53,17 @@ CUresult guarded(const std::function<void()>& call) {
 }
 
 bool g_address_space_full = false;  // cuMemAddressReserve finds no room left
+bool g_create_oom = false;          // cuMemCreate finds no memory
 bool g_map_oom = false;             // cuMemMap finds no memory for its page tables
 bool g_set_access_oom = false;      // nor cuMemSetAccess
+bool g_peer_refused = false;        // cuMemSetAccess refuses device 1 as a reader (no peer path)
+// Runs once, in the next cuMemCreate, before it creates: while a pool's growth has released its
+// lock, so that a test can make another thread act in that window.
+std::function<void()> g_during_create;
+// Work on device 0 runs until this time (set by a test): a cuMemUnmap before it is counted, since
+// the driver need not wait for work that still uses the memory, as cudaFree does.
+std::optional<std::chrono::nanoseconds> g_work_until;
+int g_unmaps_under_work = 0;
 
 CUresult fake_reserve(CUdeviceptr* ptr, size_t size, size_t, CUdeviceptr addr, unsigned long long flags) {
   if (addr != 0 || flags != 0) return CUDA_ERROR_NOT_SUPPORTED;
@@ -75,6 +88,8 @@ CUresult fake_create(CUmemGenericAllocationHandle* h, size_t size, const CUmemAl
   if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (g_during_create) std::exchange(g_during_create, nullptr)();
+  if (g_create_oom) return CUDA_ERROR_OUT_OF_MEMORY;
   ++g_sharing.creates;
   g_sharing.props.push_back(*prop);
   if (g_sharing.refuse_fabric && (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) != 0) {
@@ -95,6 +110,7 @@ CUresult fake_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   return guarded([&] { g_sim->vmm().map(reinterpret_cast<void*>(ptr), size, h); });
 }
 CUresult fake_unmap(CUdeviceptr ptr, size_t size) {
+  if (g_work_until && g_sim->now(device_id{0}) < *g_work_until) ++g_unmaps_under_work;
   return guarded([&] { g_sim->vmm().unmap(reinterpret_cast<void*>(ptr), size); });
 }
 CUresult fake_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
@@ -106,6 +122,9 @@ CUresult fake_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* de
     readers.push_back(device_id{desc[i].location.id});
   }
   if (g_set_access_oom) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (g_peer_refused && std::find(readers.begin(), readers.end(), device_id{1}) != readers.end()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   return guarded([&] { g_sim->vmm().set_access(reinterpret_cast<void*>(ptr), size, readers); });
 }
 // The recommended granularity is twice the minimum here, so that a test can tell which was asked.
@@ -178,8 +197,13 @@ struct fake_driver_machine {
   ~fake_driver_machine() {
     g_sharing = {};
     g_address_space_full = false;
+    g_create_oom = false;
     g_map_oom = false;
     g_set_access_oom = false;
+    g_peer_refused = false;
+    g_during_create = nullptr;
+    g_work_until.reset();
+    g_unmaps_under_work = 0;
     g_sim = nullptr;
   }
 };
@@ -330,6 +354,93 @@ TEST_CASE("vmm contract: out of memory from cuMemMap or cuMemSetAccess is out_of
     pool.release();
     CHECK(f.m.hazards().empty());
   }
+}
+
+TEST_CASE("vmm contract: a growth that fails while another thread unmaps its neighbour gives its range back merged",
+          "[pool][vmm]") {
+  // The growth releases the pool's lock around its driver calls. Meanwhile another thread frees
+  // the block below the growing range and unmaps it; then cuMemCreate fails. The range given back
+  // must merge with that neighbour: left apart, the two would never serve a request needing both.
+  fake_driver_machine f;
+  mgm::pool_options o;
+  o.expandable_segments = true;
+  mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, o};
+  void* x = pool.allocate(20 * MiB);  // the first growth maps exactly this (large requests are at least 20 MiB): x ends where the range's unmapped rest begins
+  REQUIRE(pool.reserved_bytes() == 20 * MiB);
+  g_during_create = [&] {
+    std::thread other{[&] {
+      pool.deallocate(x, 20 * MiB);
+      (void)pool.release();  // unmaps x's granules, beside the range that is growing
+    }};
+    other.join();
+    g_create_oom = true;  // and this growth fails, as does the pool's retry
+  };
+  REQUIRE_THROWS_AS(pool.allocate(24 * MiB), mgm::out_of_memory);
+  REQUIRE(g_during_create == nullptr);  // the other thread ran inside the growth
+  REQUIRE(pool.reserved_bytes() == 0);
+  REQUIRE_NOTHROW(pool.check_invariants());  // before acb1fbb: two unmapped neighbours that did not merge
+  g_create_oom = false;
+  void* y = pool.allocate(24 * MiB);  // the merged range serves from its start, where x was
+  CHECK(y == x);
+  pool.deallocate(y, 24 * MiB);
+  (void)pool.release();
+  CHECK(f.m.modelled(device_id{0}).count(mgm::sim::driver_call::reserve) == 1);
+  CHECK(f.m.memory(device_id{0}).used_bytes == 0);
+  CHECK(f.m.hazards().empty());
+}
+
+TEST_CASE("vmm contract: a peer granted access during a growth gets the new granules too, or the growth is undone",
+          "[pool][vmm]") {
+  fake_driver_machine f;
+  mgm::pool_options o;
+  o.expandable_segments = true;
+  mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, o};
+  const std::size_t used_before = f.m.memory(device_id{0}).used_bytes;
+  // While the growth has released the lock, another thread grants device 1 access (it skips the
+  // busy granules, which the growth then covers); that access is refused for the new granules.
+  g_during_create = [&] {
+    std::thread other{[&] { pool.grant_access(device_id{1}); }};
+    other.join();
+    g_peer_refused = true;
+  };
+  // Before: the refusal was only logged, and the block handed out although device 1, which
+  // `grant_access` was told may read every granule, could not read these.
+  REQUIRE_THROWS_AS(pool.allocate(16 * MiB), mgm::cuda_error);
+  REQUIRE(g_during_create == nullptr);
+  CHECK(pool.reserved_bytes() == 0);
+  CHECK(f.m.memory(device_id{0}).used_bytes == used_before);  // the chunks made were released
+  REQUIRE_NOTHROW(pool.check_invariants());
+  g_peer_refused = false;
+  std::size_t accessed = 0;  // the growth that serves now gives both devices access at once
+  const auto before = f.m.modelled(device_id{0}).count(mgm::sim::driver_call::set_access);
+  void* p = pool.allocate(16 * MiB);
+  accessed = f.m.modelled(device_id{0}).count(mgm::sim::driver_call::set_access) - before;
+  CHECK(accessed == 1);
+  pool.deallocate(p, 16 * MiB);
+  (void)pool.release();
+  CHECK(f.m.memory(device_id{0}).used_bytes == used_before);
+  CHECK(f.m.hazards().empty());
+}
+
+TEST_CASE("vmm contract: a pool's end waits for the device before it unmaps memory a stream may still use",
+          "[pool][vmm]") {
+  using namespace std::chrono_literals;
+  fake_driver_machine f;
+  const device_id d{0};
+  {
+    mgm::pool_options o;
+    o.expandable_segments = true;
+    mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(d)}, o};
+    const auto s = f.m.create_stream(d);
+    void* p = pool.allocate_async(16 * MiB, 256, s);
+    f.m.enqueue(s, 5ms);                          // a kernel still using p
+    pool.deallocate_async(p, 16 * MiB, 256, s);  // reusable on s at once: no event, nothing waits
+    g_work_until = f.m.now(d) + 5ms;
+  }  // the pool ends while the kernel runs
+  CHECK(g_unmaps_under_work == 0);  // before: its memory was unmapped under the running kernel
+  CHECK(f.m.now(d) >= *g_work_until);
+  CHECK(f.m.memory(d).used_bytes == 0);
+  CHECK(f.m.hazards().empty());
 }
 
 TEST_CASE("vmm contract: an exhausted address space is out_of_memory, and the pool reports it as one", "[pool][vmm]") {

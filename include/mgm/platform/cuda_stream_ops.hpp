@@ -38,6 +38,10 @@ class cuda_stream_ops {
   }
   void wait(stream_ref s, event e) const { MGM_CUDA_TRY(cudaStreamWaitEvent(s.get(), e, 0)); }
   void synchronize(event e) const { MGM_CUDA_TRY(cudaEventSynchronize(e)); }
+  void synchronize_device(device_id d) const {
+    const scoped_device on{d};
+    MGM_CUDA_TRY(cudaDeviceSynchronize());
+  }
   void destroy_event(event e) const noexcept { (void)cudaEventDestroy(e); }
   [[nodiscard]] bool is_capturing(stream_ref s) const {
     cudaStreamCaptureStatus status{cudaStreamCaptureStatusNone};

@@ -46,6 +46,8 @@ class stream_ops {
   [[nodiscard]] bool query(event e);
   void wait(stream_ref s, event e);
   void synchronize(event e);
+  /// @brief The host waits for all of `d`'s work (`cudaDeviceSynchronize`).
+  void synchronize_device(device_id d);
   void destroy_event(event e) noexcept;
   [[nodiscard]] bool is_capturing(stream_ref s);
   /// @brief The graph `s` is capturing into now (its id, as `machine::end_capture` will return

@@ -147,7 +147,10 @@ class block_space {
 
   /// Splits `b` at `offset`; returns the upper part (same state and flags, not in any index).
   block* split_off(block* b, std::size_t offset) noexcept {  // after arena.reserve(1)
-    block* r = arena.make();
+    return split_off(b, offset, arena.make());
+  }
+  /// The same, the upper part's record `r` made beforehand (`arena.make()`).
+  block* split_off(block* b, std::size_t offset, block* r) noexcept {
     r->addr = b->addr + offset;
     r->size = b->size - offset;
     r->prev = b;

@@ -230,13 +230,24 @@ class expandable_source {
                             : std::max(map_bytes, policy.ahead_bytes(cap, avail, seg.mapped, free_mapped(seg), size));
       }
       map_bytes = std::min(map_bytes, u->size);
-      space.arena.reserve(1);  // the split below: nothing may fail after mapping
+      // The record of the split below, taken now: nothing may fail after mapping, and a record
+      // only reserved in the arena could be used by another thread while the lock is released.
+      block* const rest = map_bytes < u->size ? space.arena.make() : nullptr;
+      const auto give_back_record = [&]() noexcept {
+        if (rest != nullptr) space.arena.recycle(rest);
+      };
       const std::size_t first = (u->addr - seg.base) / granule_;
       if (seg.handles.size() < first + map_bytes / granule_) seg.handles.resize(first + map_bytes / granule_, handle{});
-      const std::vector<device_id> readers = peers_;  // read under the lock
       const std::size_t chunk = full ? granule_ : std::min({chunk_, map_bytes, policy.largest_chunk(cap, avail, seg.mapped)});
+      std::vector<device_id> readers;
       std::vector<handle> made;  // one per chunk
-      made.reserve(map_bytes / chunk + 1);
+      try {
+        readers = peers_;  // read under the lock
+        made.reserve(map_bytes / chunk + 1);
+      } catch (...) {
+        give_back_record();
+        throw;
+      }
       free_ranges.remove(u);
       block_space<Statistics>::mark_busy(u);  // no one else touches it while unlocked
       if (below != nullptr) {
@@ -264,6 +275,7 @@ class expandable_source {
         lock.lock();
         space.growing -= map_bytes;
         restore(space, u, below);
+        give_back_record();
         throw;
       }
       if (!ok) undo_map(va, map_bytes, chunk, made, mapped);
@@ -271,12 +283,29 @@ class expandable_source {
       space.growing -= map_bytes;
       if (!ok) {
         restore(space, u, below);
+        give_back_record();
         return nullptr;
       }
-      try {  // a peer granted access while the lock was released: give it these granules too
-        if (peers_ != readers) vmm_.set_access(reinterpret_cast<void*>(va), map_bytes, peers_);
-      } catch (const std::exception& e) {
-        log(log_level::error, std::string{"caching_pool: a new peer could not be given access to new granules: "} + e.what());
+      // A peer granted access while the lock was released (`grant_access` skipped these busy
+      // granules): it gets them too, or the growth is undone. Handing them out would let the
+      // peer fault on memory that `peers()` says it may read.
+      if (peers_ != readers) {
+        const auto undo = [&]() noexcept {
+          lock.unlock();
+          undo_map(va, map_bytes, chunk, made, mapped);
+          lock.lock();
+          restore(space, u, below);
+          give_back_record();
+        };
+        try {
+          vmm_.set_access(reinterpret_cast<void*>(va), map_bytes, peers_);
+        } catch (const out_of_memory&) {
+          undo();
+          return nullptr;
+        } catch (...) {
+          undo();
+          throw;
+        }
       }
       for (std::size_t i = 0; i < map_bytes / granule_; ++i) seg.handles[first + i] = made[std::min(i * granule_ / chunk, made.size() - 1)];
       space.reserved += map_bytes;
@@ -285,7 +314,7 @@ class expandable_source {
         space.stats.reserved_bytes.add(static_cast<std::int64_t>(map_bytes));
         space.stats.upstream_allocations += made.size();
       }
-      if (map_bytes < u->size) space.insert_unmapped(space.split_off(u, map_bytes));
+      if (rest != nullptr) space.insert_unmapped(space.split_off(u, map_bytes, rest));
       u->set_unmapped(false);
       u->owner = &slot;
       u->free_epoch = slot.next_epoch();  // new memory: no earlier event covers it
@@ -414,7 +443,12 @@ class expandable_source {
     }
   }
 
-  /// Unmaps and unreserves everything (the pool's end).
+  /// Whether any granule is mapped.
+  [[nodiscard]] bool holds_mapped() const noexcept {
+    return std::any_of(segments_.begin(), segments_.end(), [](const auto& seg) { return seg->mapped != 0; });
+  }
+
+  /// Unmaps and unreserves everything (the pool's end; the caller waited for the device first).
   void destroy() noexcept {
     if constexpr (vmm_allocator<Upstream>) {
       for (const auto& seg : segments_) {
@@ -562,29 +596,40 @@ class expandable_source {
       std::size_t bytes = upstream.total_bytes() / 8 * 9;
       bytes = std::max(bytes, size);
       (void)round_up(bytes, granule_, bytes);
-      auto seg = std::make_unique<segment>();  // the records first: nothing may fail after reserving
-      space.arena.reserve(1);
-      segments_.reserve(segments_.size() + 1);
+      // The records first, taken (not only reserved: another thread may use what is reserved
+      // while the lock is released); the list's room is made again after the lock is back.
+      auto seg = std::make_unique<segment>();
+      block* const head = space.arena.make();
       lock.unlock();
       void* va = nullptr;
       try {
         va = vmm_.reserve(device_, bytes);
       } catch (const out_of_memory&) {
         lock.lock();
+        space.arena.recycle(head);
         address_space_refused_ = true;
         return false;
       } catch (...) {
         lock.lock();
+        space.arena.recycle(head);
         throw;
       }
       lock.lock();
+      try {
+        segments_.reserve(segments_.size() + 1);
+      } catch (...) {  // a host out of memory: the range goes back, nothing else changed
+        lock.unlock();
+        vmm_.unreserve(va, bytes);
+        lock.lock();
+        space.arena.recycle(head);
+        throw;
+      }
       address_space_refused_ = false;
       seg->base = reinterpret_cast<std::uintptr_t>(va);
       seg->bytes = bytes;
       seg->owner = &slot;
       seg->small = small;
       seg->huge = huge;
-      block* head = space.arena.make();
       head->addr = seg->base;
       head->size = bytes;
       head->small = small ? 1 : 0;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <mgm/bytes.hpp>
+#include <mgm/concepts.hpp>
 #include <mgm/error.hpp>
 #include <mgm/log.hpp>
 #include <mgm/pool/detail/block.hpp>
@@ -152,6 +153,9 @@ struct pool_inspect {
         if (b->owner == nullptr) fail("a block has no owning slot");
         if (b->unmapped()) {
           if (b->state != block_state::free) fail("an unmapped range is not free");
+          if (b->next != nullptr && b->next->unmapped()) {
+            fail("two unmapped neighbours did not merge (a request needing both would reserve a new range)");
+          }
           unmapped += b->size;
           continue;
         }
@@ -202,7 +206,14 @@ struct pool_inspect {
         });
         indexed += index->bytes();
       }
-      for (const tlsf_index* index : {&slot.unmapped_small, &slot.unmapped_large, &slot.unmapped_huge}) indexed_unmapped += index->bytes();
+      for (const tlsf_index* index : {&slot.unmapped_small, &slot.unmapped_large, &slot.unmapped_huge}) {
+        index->for_each([&](const block* b) {
+          if (b->state != block_state::free || !b->unmapped() || b->owner != &slot) {
+            fail("a slot's unmapped index holds a block that is not its unmapped range");
+          }
+        });
+        indexed_unmapped += index->bytes();
+      }
     });
     if (mapped != space.reserved) fail("reserved != the sum of mapped block sizes");
     if (space.reserved != allocated + pending + free_bytes) fail("reserved != allocated + pending + free");
@@ -321,6 +332,23 @@ struct pool_inspect {
     p.pending_.drain(p.cache_.events(), p.ops_);
     Pool::plain_type::give_back_all(p.upstream_, p.plain_.heads());
     p.captures_.for_each([&](const private_pool& pp) { Pool::plain_type::give_back_all(p.upstream_, pp.segments); });
+    // Unlike cudaFree, cuMemUnmap and cuMemRelease need not wait for work that still uses the
+    // memory (PyTorch synchronises before unmapping for that reason), and a block freed on its
+    // own stream may still be in use there. The device's work is waited for, never a stream's:
+    // a stream the user destroyed before the pool must not be touched.
+    if constexpr (stream_ops_can_synchronize_device<typename Pool::stream_ops_type>) {
+      if (p.expand_.holds_mapped()) {
+        try {
+          p.ops_.synchronize_device(p.device_);
+        } catch (const std::exception& e) {
+          try {
+            log(log_level::warning, "caching_pool on " + describe_device(p.device_) +
+                                        ": could not wait for the device before unmapping its memory: " + e.what());
+          } catch (...) {
+          }
+        }
+      }
+    }
     p.expand_.destroy();
     p.cache_.events().destroy_all(p.ops_);
     if (leaked != 0) {
