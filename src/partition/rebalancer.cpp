@@ -178,7 +178,7 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   // The request as the GPUs are now: usable memory = the reading plus the job's own share.
   partition_request now = request_;
   bool lost_items = false;
-  std::vector<std::size_t> rebuild;  // back, with items whose data went with it
+  std::vector<std::size_t> rebuild;  // present again, with items of the plan whose data went with it
   for (std::size_t i = 0; i < n; ++i) {
     const gpu_reading& r = readings[i];
     partition_device& d = now.devices[i];
@@ -195,15 +195,17 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
     if (gone_[i]) {
       gone_[i] = false;
       out.notes.push_back(gpu_name(i) + " is back");
-      if (lost_data_[i]) rebuild.push_back(i);
     }
+    // Until they are rebuilt (here or elsewhere), also on a later step when no plan fitted.
+    if (lost_data_[i]) rebuild.push_back(i);
     if (r.free_bytes) {
       request_.devices[i].free_bytes = *r.free_bytes;  // the last reading, for a step without one
     } else {
       out.notes.push_back(gpu_name(i) + ": no memory reading, its last one (" + std::to_string(d.free_bytes) + " B) is used");
     }
     d.free_bytes = request_.devices[i].free_bytes;
-    if (options_.readings_include_items && plan_.counts[i] != 0) {
+    // (A GPU that lost its data holds none of the job's items: its reading is all there is.)
+    if (options_.readings_include_items && plan_.counts[i] != 0 && !lost_data_[i]) {
       d.free_bytes += plan_.counts[i] * bpi + request_.devices[i].overhead_bytes;
     }
     if (r.throughput && *r.throughput > 0 && std::isfinite(*r.throughput)) d.throughput = *r.throughput;
@@ -222,9 +224,9 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   } catch (const partition_error& e) {
     pending_ = 0;
     out.notes.push_back(std::string{"no plan fits: "} + e.what());
-    if (lost_items) {
+    if (lost_items || !rebuild.empty()) {
       std::size_t lost = 0;
-      for (std::size_t i = 0; i < n; ++i) lost += gone_[i] ? plan_.counts[i] : 0;
+      for (std::size_t i = 0; i < n; ++i) lost += gone_[i] || lost_data_[i] ? plan_.counts[i] : 0;
       return stay(items_text(lost) + " of lost GPUs fit nowhere else now: they stay lost until room appears or "
                   "the GPU is back");
     }
@@ -232,22 +234,9 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   }
 
   // A GPU that comes back still holding items of the plan lost them with it (no plan could take
-  // them while it was gone): they are rebuilt where they are, now, before anything else.
-  if (!rebuild.empty()) {
-    out.plan.plan = plan_;
-    out.plan.kept = false;
-    std::size_t total = 0;
-    std::string who;
-    for (const std::size_t i : rebuild) {
-      out.plan.moves.push_back({i, i, plan_.counts[i], "", false, true});
-      total += plan_.counts[i];
-      who += (who.empty() ? "" : ", ") + gpu_name(i);
-      lost_data_[i] = false;
-    }
-    pending_ = 0;
-    out.plan.reason = "rebuilt " + items_text(total) + ": " + who + " came back without the data it held";
-    return out;
-  }
+  // them while it was gone): they are rebuilt now, before anything else, where they are as far as
+  // its memory now holds them, and the rest on the others (over the fastest links).
+  if (!rebuild.empty()) return rebuild_lost(std::move(out), rebuild, now, candidate, links);
 
   // What the readings ask for.
   std::vector<std::size_t> overflowing;
@@ -366,6 +355,81 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   std::size_t moved_items = 0;
   for (const auto& m : out.plan.moves) moved_items += m.items;
   out.plan.reason = "moved " + items_text(moved_items) + ": " + why;
+  return out;
+}
+
+rebalance_decision rebalancer::rebuild_lost(rebalance_decision out, const std::vector<std::size_t>& rebuild,
+                                            const partition_request& now, const partition_plan& candidate,
+                                            const topology* links) {
+  const std::size_t n = request_.devices.size();
+  const std::size_t bpi = request_.bytes_per_item;
+  bool short_of_room = false;
+  for (const std::size_t i : rebuild) short_of_room = short_of_room || plan_.counts[i] > candidate.capacity[i];
+  std::vector<partition_move> moves;
+  if (short_of_room) {
+    // Whole counts: the excess of each, into the room of the others. With a granularity, the
+    // counts of the new plan (whose units and remainder are right) are the target instead.
+    const bool whole = request_.granularity <= 1;
+    std::vector<std::size_t> surplus(n, 0);
+    std::vector<std::size_t> room(n, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t to = whole ? (gone_[i] ? plan_.counts[i] : candidate.capacity[i]) : candidate.counts[i];
+      if (whole && !lost_data_[i] && plan_.counts[i] > to) continue;  // an overflow of its own waits for its readings
+      if (plan_.counts[i] > to) {
+        surplus[i] = plan_.counts[i] - to;
+      } else {
+        room[i] = to - plan_.counts[i];
+      }
+    }
+    moves = route_moves(surplus, room, links);  // the new plan fits, so the room is enough
+    for (auto& m : moves) m.from_lost = gone_[m.from] || lost_data_[m.from];  // rebuilt on the receiver, not copied
+  }
+  std::vector<std::size_t> target = plan_.counts;
+  for (const auto& m : moves) {
+    target[m.from] -= m.items;
+    target[m.to] += m.items;
+  }
+  std::size_t total = 0;
+  std::string who;
+  std::vector<partition_move> all;
+  for (const std::size_t i : rebuild) {
+    if (target[i] != 0) all.push_back({i, i, target[i], "", false, true});
+    total += plan_.counts[i];
+    who += (who.empty() ? "" : ", ") + gpu_name(i);
+    if (short_of_room && target[i] < plan_.counts[i]) {
+      who += " (room for " + items_text(target[i]) + " there now)";
+    }
+  }
+  all.insert(all.end(), moves.begin(), moves.end());
+  // Carry the items into the last readings: those rebuilt in place and those received take memory.
+  if (options_.readings_include_items) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (gone_[i]) continue;
+      auto& d = request_.devices[i];
+      const std::size_t was = lost_data_[i] || plan_.counts[i] == 0 ? 0 : plan_.counts[i] * bpi + d.overhead_bytes;
+      const std::size_t will = target[i] == 0 ? 0 : target[i] * bpi + d.overhead_bytes;
+      if (will > was) {
+        d.free_bytes = d.free_bytes > will - was ? d.free_bytes - (will - was) : 0;
+      } else {
+        d.free_bytes += was - will;
+      }
+    }
+  }
+  for (const std::size_t i : rebuild) lost_data_[i] = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (target[i] == 0) lost_data_[i] = false;  // its lost items live elsewhere now
+  }
+  for (const auto& m : moves) moved_at_[{m.from, m.to}] = step_;
+  pending_ = 0;
+  if (short_of_room) {
+    plan_.counts = std::move(target);
+    plan_.capacity = candidate.capacity;
+    detail::shape_plan(plan_, now.devices);
+  }
+  out.plan.plan = plan_;
+  out.plan.kept = false;
+  out.plan.moves = std::move(all);
+  out.plan.reason = "rebuilt " + items_text(total) + ": " + who + " came back without the data it held";
   return out;
 }
 

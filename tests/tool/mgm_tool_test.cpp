@@ -414,6 +414,18 @@ TEST_CASE("mgm plan --watch: a tenant, then a lost GPU, each change one JSON lin
   // The readings before and after are quiet: no other change was made.
   CHECK(lines.size() == 3);
 
+  // A GPU whose memory is never read: its note is news once, not a "stayed" line every reading.
+  const std::string silent_gpu = R"({"devices": [)" + gpu(0, 0, false) +
+                                 R"(, {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-00000001-2222-3333-4444-555555555555",
+                                 "pci_bus_id": "00000000:01:00.0", "memory": {"total": 85899345920, "reserved": 0, "used": 0},
+                                 "unsupported": ["memory"]}]})";
+  const auto quiet = run_mgm("--json plan --items 10 --bytes-per-item 1GiB --watch 100ms --duration 0.8s",
+                             fake_nvml_env(silent_gpu, "silent.json"));
+  INFO(quiet.out << quiet.err);
+  REQUIRE(quiet.rc == 0);
+  CHECK(count(quiet.out, "\n") == 2);  // the plan, and the note once (before: one line per reading)
+  CHECK(count(quiet.out, "GPU1: no memory reading") == 1);
+
   // Options that mean nothing without --watch, and bad shares, are refused.
   CHECK(run_mgm("--sim 2x8GiB plan --items 4 --bytes-per-item 1GiB --cooldown 3").rc == 1);
   CHECK(run_mgm("--sim 2x8GiB plan --items 4 --bytes-per-item 1GiB --watch 1s --min-change 100%").rc == 2);

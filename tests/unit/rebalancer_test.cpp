@@ -404,6 +404,46 @@ TEST_CASE("rebalancer: a lost GPU's items are re-placed at once, a missing readi
   REQUIRE_THROWS_AS((mgm::rebalancer{job(total, 1000, GiB)}), mgm::partition_error);
 }
 
+TEST_CASE("rebalancer: a GPU back with less room than it held: rebuilt there within its memory, the rest elsewhere",
+          "[rebalancer]") {
+  // Four full GPUs (readings count the job's items); GPU3 is lost and its items fit nowhere.
+  mgm::rebalancer r{job({8 * GiB, 8 * GiB, 8 * GiB, 8 * GiB}, 32, GiB), {}, four_gpus()};
+  REQUIRE(r.plan().counts == std::vector<std::size_t>{8, 8, 8, 8});
+  auto gone = readings({0, 0, 0, 0});
+  gone[3].present = false;
+  REQUIRE_FALSE(r.step(gone).moved());
+  // It comes back with 4 GiB free (a tenant took the rest), and no other GPU has room: its data is
+  // gone, so its reading is all it has (before: its 8 lost items were added back to the reading
+  // and all 8 rebuilt into 4 GiB).
+  const auto tight = r.step(readings({0, 0, 0, 4 * GiB}));
+  INFO(tight.plan.reason);
+  REQUIRE_FALSE(tight.moved());
+  REQUIRE_THAT(tight.plan.reason, Catch::Contains("8 items of lost GPUs fit nowhere else now"));
+  // Room appears on GPU0 (6 GiB more): 4 rebuilt on GPU3, 4 on GPU0 (before: never rebuilt, since
+  // only the step the GPU came back on rebuilt).
+  const auto room = r.step(readings({6 * GiB, 0, 0, 4 * GiB}));
+  INFO(room.plan.reason);
+  REQUIRE(room.moved());
+  REQUIRE_THAT(room.plan.reason, Catch::Contains("rebuilt 8 items: GPU3 (room for 4 items there now)"));
+  const std::vector<std::size_t> usable{14, 8, 8, 4};  // GiB: each reading plus the items whose data it holds
+  std::size_t in_place = 0, elsewhere = 0;
+  for (const auto& m : room.plan.moves) {
+    REQUIRE(m.from == 3);
+    REQUIRE(m.from_lost);
+    (m.to == 3 ? in_place : elsewhere) += m.items;
+  }
+  CHECK(in_place == 4);
+  CHECK(elsewhere == 4);
+  const auto& counts = room.plan.plan.counts;
+  CHECK(std::accumulate(counts.begin(), counts.end(), std::size_t{0}) == 32);
+  for (std::size_t i = 0; i < 4; ++i) {
+    INFO("GPU" << i);
+    CHECK(counts[i] <= usable[i]);  // no GPU over its memory
+  }
+  // The items are in place: the same readings again move nothing.
+  CHECK_FALSE(r.step(readings({2 * GiB, 0, 0, 0})).moved());
+}
+
 TEST_CASE("rebalance_driver: failed readings, a throwing callback and a thread with a period", "[rebalancer]") {
   const std::vector<std::size_t> total{40 * GiB, 40 * GiB};
   mgm::rebalancer_options o;

@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <ctime>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace mgm_tool {
 
@@ -48,6 +50,7 @@ void watch_plan(const watch_options& o, const mgm::partition_request& r, const s
     throw tool_error{exit_bad_input, std::string{"the items do not fit: "} + e.what()};
   }
   std::mutex out_mutex;
+  std::vector<std::string> last_notes;  // the previous turn's (under out_mutex)
   const auto now = mgm::telemetry::clock::now();
   if (o.json) {
     nlohmann::ordered_json line;
@@ -74,9 +77,11 @@ void watch_plan(const watch_options& o, const mgm::partition_request& r, const s
     const bool moved = e.what == mgm::rebalance_event::kind::moved;
     const bool failed = e.what == mgm::rebalance_event::kind::reading_failed ||
                         e.what == mgm::rebalance_event::kind::callback_failed;
-    const bool news = !e.decision.lost.empty() || !e.decision.notes.empty();
-    if (!moved && !failed && !news) return;  // "stay", nothing new
     const std::lock_guard lock{out_mutex};
+    // A note repeated turn after turn (a GPU whose memory is never read) is news only once.
+    const bool news = !e.decision.lost.empty() || (!e.decision.notes.empty() && e.decision.notes != last_notes);
+    last_notes = e.decision.notes;
+    if (!moved && !failed && !news) return;  // "stay", nothing new
     if (o.json) {
       nlohmann::ordered_json line;
       line["event"] = std::string{mgm::kind_name(e.what)};
@@ -101,7 +106,7 @@ void watch_plan(const watch_options& o, const mgm::partition_request& r, const s
       std::printf("%s  %s\n", local_time(e.time).c_str(), e.message.c_str());
       if (moved) {
         for (const auto& m : e.decision.plan.moves) {
-          std::string how = m.from_lost ? "rebuilt (the sender is gone)"
+          std::string how = m.from_lost ? "rebuilt (the sender lost its data)"
                             : m.path.empty() ? std::string{}
                             : "over " + m.path + (m.via_host ? ", through host memory (no peer path)" : ", peer to peer");
           std::printf("                     %s -> %s  %zu items%s%s\n", labels[m.from].c_str(), labels[m.to].c_str(),

@@ -122,6 +122,11 @@ class rebalancer {
   std::vector<bool> gone_;
   std::vector<bool> lost_data_;  // gone while it held items, which no plan has placed elsewhere yet
   std::map<std::pair<std::size_t, std::size_t>, std::uint64_t> moved_at_;  // (from, to) -> step
+
+  // The items of GPUs that came back without their data: rebuilt there within the memory each has
+  // now (`candidate`'s capacities), the rest on the others.
+  rebalance_decision rebuild_lost(rebalance_decision out, const std::vector<std::size_t>& rebuild,
+                                  const partition_request& now, const partition_plan& candidate, const topology* links);
 };
 
 }  // namespace mgm
