@@ -35,7 +35,7 @@ namespace {
 // `HOST:PORT`, `[V6]:PORT` or `:PORT` (every interface).
 tcp::endpoint parse_listen(const std::string& listen) {
   const auto bad = [&](const std::string& why) {
-    return tool_error{exit_bad_input, "--listen " + listen + ": " + why + " (give HOST:PORT, such as 127.0.0.1:9469 or :9469)"};
+    return tool_error{exit_bad_input, "--listen " + listen + ": " + why + " (give HOST:PORT, such as 127.0.0.1:19400 or :19400)"};
   };
   const std::size_t colon = listen.rfind(':');
   if (colon == std::string::npos) throw bad("no port");
