@@ -71,6 +71,27 @@ TEST_CASE("mgm topo --format slurm: Links= from NVLink counts, File= by index wi
   CHECK(run_mgm("--sim dgx-h100 topo --format nccl").rc == 1);
 }
 
+TEST_CASE("mgm topo --format slurm from a topology file: Links= from its NV cells, no Cores= and why", "[tool]") {
+  // A topo -m file of its own (4 GPUs: two NV4 pairs, PCIe between them), with CPU lists that
+  // are logical CPUs, which gres.conf must not take for core indices.
+  const auto file = mgm_tool_test::scratch() / "slurm-topo.txt";
+  write(file,
+        "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\n"
+        "GPU0\t X \tNV4\tPHB\tSYS\t0-15,32-47\t0\n"
+        "GPU1\tNV4\t X \tSYS\tPHB\t16-31,48-63\t1\n"
+        "GPU2\tPHB\tSYS\t X \tNV2\t0-15,32-47\t0\n"
+        "GPU3\tSYS\tPHB\tNV2\t X \t16-31,48-63\t1");
+  const auto r = run_mgm("topo --format slurm " + file.string());
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("Name=gpu File=/dev/nvidia0 Links=-1,4,0,0\n") != std::string::npos);
+  CHECK(r.out.find("Name=gpu File=/dev/nvidia3 Links=0,0,2,-1\n") != std::string::npos);
+  CHECK(r.out.find("Cores=") == r.out.find("Cores= left out"));  // only in the comment
+  CHECK(r.out.find("not Slurm's core indices") != std::string::npos);
+  CHECK(r.out.find("not NVML's minor number (a topology file does not say)") != std::string::npos);
+  std::filesystem::remove(file);
+}
+
 TEST_CASE("gres_conf: NVML's minor numbers and Cores= where known, comments naming what is not", "[tool]") {
   const auto m = mgm::sim::machine::from_string("dgx-h100");
   mgm_tool::gres_input in;
