@@ -325,21 +325,7 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
     }
   }
 
-  // Carry the moves into the last readings, for a later step that lacks one: per GPU, the net
-  // change of its items, and its overhead where it starts or stops holding any.
-  if (options_.readings_include_items) {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (gone_[i] || target[i] == plan_.counts[i]) continue;
-      auto& d = request_.devices[i];
-      const std::size_t was = plan_.counts[i] * bpi + (plan_.counts[i] != 0 ? d.overhead_bytes : 0);
-      const std::size_t will = target[i] * bpi + (target[i] != 0 ? d.overhead_bytes : 0);
-      if (will > was) {
-        d.free_bytes = d.free_bytes > will - was ? d.free_bytes - (will - was) : 0;
-      } else {
-        d.free_bytes += was - will;
-      }
-    }
-  }
+  carry_into_readings(target);
   for (std::size_t i = 0; i < n; ++i) {
     if (target[i] == 0) lost_data_[i] = false;  // its lost items live elsewhere now
   }
@@ -358,11 +344,31 @@ rebalance_decision rebalancer::step(std::span<const gpu_reading> readings) {
   return out;
 }
 
+// Carries the moves to `target` into the last readings, for a later step that lacks one: per GPU,
+// the net change of the items whose data it holds (none on a GPU that lost its data), and its
+// overhead where it starts or stops holding any.
+void rebalancer::carry_into_readings(const std::vector<std::size_t>& target) {
+  if (!options_.readings_include_items) return;
+  const std::size_t bpi = request_.bytes_per_item;
+  for (std::size_t i = 0; i < target.size(); ++i) {
+    if (gone_[i]) continue;
+    auto& d = request_.devices[i];
+    const std::size_t held = lost_data_[i] ? 0 : plan_.counts[i];
+    if (target[i] == held) continue;
+    const std::size_t was = held * bpi + (held != 0 ? d.overhead_bytes : 0);
+    const std::size_t will = target[i] * bpi + (target[i] != 0 ? d.overhead_bytes : 0);
+    if (will > was) {
+      d.free_bytes = d.free_bytes > will - was ? d.free_bytes - (will - was) : 0;
+    } else {
+      d.free_bytes += was - will;
+    }
+  }
+}
+
 rebalance_decision rebalancer::rebuild_lost(rebalance_decision out, const std::vector<std::size_t>& rebuild,
                                             const partition_request& now, const partition_plan& candidate,
                                             const topology* links) {
   const std::size_t n = request_.devices.size();
-  const std::size_t bpi = request_.bytes_per_item;
   bool short_of_room = false;
   for (const std::size_t i : rebuild) short_of_room = short_of_room || plan_.counts[i] > candidate.capacity[i];
   std::vector<partition_move> moves;
@@ -401,23 +407,10 @@ rebalance_decision rebalancer::rebuild_lost(rebalance_decision out, const std::v
     }
   }
   all.insert(all.end(), moves.begin(), moves.end());
-  // Carry the items into the last readings: those rebuilt in place and those received take memory.
-  if (options_.readings_include_items) {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (gone_[i]) continue;
-      auto& d = request_.devices[i];
-      const std::size_t was = lost_data_[i] || plan_.counts[i] == 0 ? 0 : plan_.counts[i] * bpi + d.overhead_bytes;
-      const std::size_t will = target[i] == 0 ? 0 : target[i] * bpi + d.overhead_bytes;
-      if (will > was) {
-        d.free_bytes = d.free_bytes > will - was ? d.free_bytes - (will - was) : 0;
-      } else {
-        d.free_bytes += was - will;
-      }
-    }
-  }
+  carry_into_readings(target);  // the items rebuilt in place take memory too
   for (const std::size_t i : rebuild) lost_data_[i] = false;
   for (std::size_t i = 0; i < n; ++i) {
-    if (target[i] == 0) lost_data_[i] = false;  // its lost items live elsewhere now
+    if (target[i] == 0) lost_data_[i] = false;  // a gone GPU's lost items live elsewhere now
   }
   for (const auto& m : moves) moved_at_[{m.from, m.to}] = step_;
   pending_ = 0;

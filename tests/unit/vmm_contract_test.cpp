@@ -64,6 +64,7 @@ std::function<void()> g_during_create;
 // the driver need not wait for work that still uses the memory, as cudaFree does.
 std::optional<std::chrono::nanoseconds> g_work_until;
 int g_unmaps_under_work = 0;
+std::vector<device_id> g_last_readers;  // of the last cuMemSetAccess that succeeded
 
 CUresult fake_reserve(CUdeviceptr* ptr, size_t size, size_t, CUdeviceptr addr, unsigned long long flags) {
   if (addr != 0 || flags != 0) return CUDA_ERROR_NOT_SUPPORTED;
@@ -125,7 +126,9 @@ CUresult fake_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* de
   if (g_peer_refused && std::find(readers.begin(), readers.end(), device_id{1}) != readers.end()) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  return guarded([&] { g_sim->vmm().set_access(reinterpret_cast<void*>(ptr), size, readers); });
+  const CUresult r = guarded([&] { g_sim->vmm().set_access(reinterpret_cast<void*>(ptr), size, readers); });
+  if (r == CUDA_SUCCESS) g_last_readers = readers;
+  return r;
 }
 // The recommended granularity is twice the minimum here, so that a test can tell which was asked.
 CUresult fake_granularity(size_t* g, const CUmemAllocationProp*, CUmemAllocationGranularity_flags which) {
@@ -204,6 +207,7 @@ struct fake_driver_machine {
     g_during_create = nullptr;
     g_work_until.reset();
     g_unmaps_under_work = 0;
+    g_last_readers.clear();
     g_sim = nullptr;
   }
 };
@@ -235,6 +239,18 @@ class fake_driver_device {
   mgm::vmm_sharing sharing_;
 };
 static_assert(mgm::vmm_allocator<fake_driver_device>);
+
+mgm::pool_options expandable_options() {
+  mgm::pool_options o;
+  o.expandable_segments = true;
+  return o;
+}
+
+// The fake driver's machine and a pool with expandable segments on its device 0, over the real
+// cuda_vmm_ops.
+struct fake_driver_pool : fake_driver_machine {
+  mgm::caching_pool<fake_driver_device> pool{fake_driver_device{m.allocator(device_id{0})}, expandable_options()};
+};
 
 // Hands out the start of a mapped range without ever granting access: breaks "access before use".
 template <class Vmm>
@@ -335,11 +351,8 @@ TEST_CASE("vmm contract: every rule broken once through cuda_vmm_ops over a fake
 
 TEST_CASE("vmm contract: out of memory from cuMemMap or cuMemSetAccess is out_of_memory, and the pool undoes the growth and serves later", "[pool][vmm]") {
   for (bool* flag : {&g_map_oom, &g_set_access_oom}) {
-    fake_driver_machine f;
-    const mgm::cuda_vmm_ops vmm{fake_driver()};
-    mgm::pool_options o;
-    o.expandable_segments = true;
-    mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, o};
+    fake_driver_pool f;
+    auto& pool = f.pool;
     INFO((flag == &g_map_oom ? "cuMemMap" : "cuMemSetAccess"));
     const std::size_t used_before = f.m.memory(device_id{0}).used_bytes;
     *flag = true;  // the fixture clears it
@@ -361,10 +374,8 @@ TEST_CASE("vmm contract: a growth that fails while another thread unmaps its nei
   // The growth releases the pool's lock around its driver calls. Meanwhile another thread frees
   // the block below the growing range and unmaps it; then cuMemCreate fails. The range given back
   // must merge with that neighbour: left apart, the two would never serve a request needing both.
-  fake_driver_machine f;
-  mgm::pool_options o;
-  o.expandable_segments = true;
-  mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, o};
+  fake_driver_pool f;
+  auto& pool = f.pool;
   void* x = pool.allocate(20 * MiB);  // the first growth maps exactly this (large requests are at least 20 MiB): x ends where the range's unmapped rest begins
   REQUIRE(pool.reserved_bytes() == 20 * MiB);
   g_during_create = [&] {
@@ -391,10 +402,8 @@ TEST_CASE("vmm contract: a growth that fails while another thread unmaps its nei
 
 TEST_CASE("vmm contract: a peer granted access during a growth gets the new granules too, or the growth is undone",
           "[pool][vmm]") {
-  fake_driver_machine f;
-  mgm::pool_options o;
-  o.expandable_segments = true;
-  mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, o};
+  fake_driver_pool f;
+  auto& pool = f.pool;
   const std::size_t used_before = f.m.memory(device_id{0}).used_bytes;
   // While the growth has released the lock, another thread grants device 1 access (it skips the
   // busy granules, which the growth then covers); that access is refused for the new granules.
@@ -411,11 +420,11 @@ TEST_CASE("vmm contract: a peer granted access during a growth gets the new gran
   CHECK(f.m.memory(device_id{0}).used_bytes == used_before);  // the chunks made were released
   REQUIRE_NOTHROW(pool.check_invariants());
   g_peer_refused = false;
-  std::size_t accessed = 0;  // the growth that serves now gives both devices access at once
+  // The growth that serves now gives both devices access, in one call.
   const auto before = f.m.modelled(device_id{0}).count(mgm::sim::driver_call::set_access);
   void* p = pool.allocate(16 * MiB);
-  accessed = f.m.modelled(device_id{0}).count(mgm::sim::driver_call::set_access) - before;
-  CHECK(accessed == 1);
+  CHECK(f.m.modelled(device_id{0}).count(mgm::sim::driver_call::set_access) - before == 1);
+  CHECK(g_last_readers == std::vector<device_id>{device_id{0}, device_id{1}});
   pool.deallocate(p, 16 * MiB);
   (void)pool.release();
   CHECK(f.m.memory(device_id{0}).used_bytes == used_before);
@@ -428,9 +437,7 @@ TEST_CASE("vmm contract: a pool's end waits for the device before it unmaps memo
   fake_driver_machine f;
   const device_id d{0};
   {
-    mgm::pool_options o;
-    o.expandable_segments = true;
-    mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(d)}, o};
+    mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(d)}, expandable_options()};
     const auto s = f.m.create_stream(d);
     void* p = pool.allocate_async(16 * MiB, 256, s);
     f.m.enqueue(s, 5ms);                          // a kernel still using p
@@ -450,9 +457,7 @@ TEST_CASE("vmm contract: an exhausted address space is out_of_memory, and the po
   REQUIRE_THROWS_MATCHES(vmm.reserve(device_id{0}, 64 * MiB), mgm::out_of_memory,
                          Catch::Message("device 0: cannot reserve 64.00 MiB (67108864 bytes) of virtual address space "
                                         "(cuMemAddressReserve)"));
-  mgm::pool_options o;
-  o.expandable_segments = true;
-  mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, o};
+  mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, expandable_options()};
   REQUIRE_THROWS_MATCHES(pool.allocate(16 * MiB), mgm::out_of_memory,  // a large request: mapped memory
                          Catch::Predicate<mgm::out_of_memory>([](const mgm::out_of_memory& e) {
                            const std::string what = e.what();
@@ -486,9 +491,7 @@ TEST_CASE("vmm contract: without a driver, cuda_vmm_ops says so", "[sim][vmm]") 
 TEST_CASE("vmm contract: the pool's expandable segments over the real cuda_vmm_ops", "[pool][vmm][judge]") {
   fake_driver_machine f;
   {
-    mgm::pool_options o;
-    o.expandable_segments = true;
-    mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, o};
+    mgm::caching_pool<fake_driver_device> pool{fake_driver_device{f.m.allocator(device_id{0})}, expandable_options()};
     REQUIRE(pool.expandable());
     mgm::sim::judged judged{f.m, pool};
     const auto s1 = f.m.create_stream(device_id{0});
@@ -564,10 +567,8 @@ TEST_CASE("vmm: a pool's expandable segments over shareable memory: descriptors,
           "[pool][vmm][judge]") {
   fake_driver_machine f;
   {
-    mgm::pool_options o;
-    o.expandable_segments = true;
     mgm::caching_pool<fake_driver_device> pool{
-        fake_driver_device{f.m.allocator(device_id{0}), mgm::vmm_sharing::shareable}, o};
+        fake_driver_device{f.m.allocator(device_id{0}), mgm::vmm_sharing::shareable}, expandable_options()};
     REQUIRE(pool.expandable());
     mgm::sim::judged judged{f.m, pool};
     const auto s1 = f.m.create_stream(device_id{0});

@@ -125,6 +125,7 @@ class rebalancer {
 
   // The items of GPUs that came back without their data: rebuilt there within the memory each has
   // now (`candidate`'s capacities), the rest on the others.
+  void carry_into_readings(const std::vector<std::size_t>& target);
   rebalance_decision rebuild_lost(rebalance_decision out, const std::vector<std::size_t>& rebuild,
                                   const partition_request& now, const partition_plan& candidate, const topology* links);
 };

@@ -87,6 +87,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <mutex>  // std::unique_lock
 #include <string>
@@ -230,24 +231,16 @@ class expandable_source {
                             : std::max(map_bytes, policy.ahead_bytes(cap, avail, seg.mapped, free_mapped(seg), size));
       }
       map_bytes = std::min(map_bytes, u->size);
-      // The record of the split below, taken now: nothing may fail after mapping, and a record
-      // only reserved in the arena could be used by another thread while the lock is released.
-      block* const rest = map_bytes < u->size ? space.arena.make() : nullptr;
-      const auto give_back_record = [&]() noexcept {
-        if (rest != nullptr) space.arena.recycle(rest);
-      };
       const std::size_t first = (u->addr - seg.base) / granule_;
       if (seg.handles.size() < first + map_bytes / granule_) seg.handles.resize(first + map_bytes / granule_, handle{});
       const std::size_t chunk = full ? granule_ : std::min({chunk_, map_bytes, policy.largest_chunk(cap, avail, seg.mapped)});
-      std::vector<device_id> readers;
+      const std::vector<device_id> readers = peers_;  // read under the lock
       std::vector<handle> made;  // one per chunk
-      try {
-        readers = peers_;  // read under the lock
-        made.reserve(map_bytes / chunk + 1);
-      } catch (...) {
-        give_back_record();
-        throw;
-      }
+      made.reserve(map_bytes / chunk + 1);
+      // The record of the split below, taken last before the unlock: nothing may fail after
+      // mapping, and a record only reserved in the arena could be used by another thread while
+      // the lock is released.
+      block* const rest = map_bytes < u->size ? space.arena.make() : nullptr;
       free_ranges.remove(u);
       block_space<Statistics>::mark_busy(u);  // no one else touches it while unlocked
       if (below != nullptr) {
@@ -258,7 +251,8 @@ class expandable_source {
       space.growing += map_bytes;  // counted by the limits of growths that start meanwhile
       lock.unlock();
       bool ok = true;
-      std::size_t mapped = 0;  // chunks mapped so far
+      std::exception_ptr failure;  // what failed, unless the device was out of memory
+      std::size_t mapped = 0;      // chunks mapped so far
       try {  // per chunk one physical allocation and one mapping; one access call for them all
         for (std::size_t i = 0, n = chunks_in(map_bytes, chunk); i < n; ++i) {
           const std::size_t off = i * chunk;
@@ -271,41 +265,34 @@ class expandable_source {
       } catch (const out_of_memory&) {
         ok = false;
       } catch (...) {
-        undo_map(va, map_bytes, chunk, made, mapped);
-        lock.lock();
-        space.growing -= map_bytes;
-        restore(space, u, below);
-        give_back_record();
-        throw;
+        ok = false;
+        failure = std::current_exception();
       }
       if (!ok) undo_map(va, map_bytes, chunk, made, mapped);
       lock.lock();
       space.growing -= map_bytes;
-      if (!ok) {
-        restore(space, u, below);
-        give_back_record();
-        return nullptr;
-      }
       // A peer granted access while the lock was released (`grant_access` skipped these busy
       // granules): it gets them too, or the growth is undone. Handing them out would let the
       // peer fault on memory that `peers()` says it may read.
-      if (peers_ != readers) {
-        const auto undo = [&]() noexcept {
-          lock.unlock();
-          undo_map(va, map_bytes, chunk, made, mapped);
-          lock.lock();
-          restore(space, u, below);
-          give_back_record();
-        };
+      if (ok && peers_ != readers) {
         try {
           vmm_.set_access(reinterpret_cast<void*>(va), map_bytes, peers_);
         } catch (const out_of_memory&) {
-          undo();
-          return nullptr;
+          ok = false;
         } catch (...) {
-          undo();
-          throw;
+          ok = false;
+          failure = std::current_exception();
         }
+        if (!ok) {
+          lock.unlock();
+          undo_map(va, map_bytes, chunk, made, mapped);
+          lock.lock();
+        }
+      }
+      if (!ok) {
+        restore(space, u, below, rest);
+        if (failure) std::rethrow_exception(failure);
+        return nullptr;
       }
       for (std::size_t i = 0; i < map_bytes / granule_; ++i) seg.handles[first + i] = made[std::min(i * granule_ / chunk, made.size() - 1)];
       space.reserved += map_bytes;
@@ -582,10 +569,12 @@ class expandable_source {
   /// A failed growth gives its range back: to the slot that owns the segment now (a forgotten
   /// stream's segments move while the lock is released), merged with any neighbour that another
   /// thread unmapped meanwhile (left apart, two halves would never serve a request that needs both).
-  void restore(block_space<Statistics>& space, block* u, block* below) noexcept {
+  /// The record a split would have used (`rest`, if any) goes back to the arena.
+  void restore(block_space<Statistics>& space, block* u, block* below, block* rest) noexcept {
     u->owner = segment_of(u).owner;
     space.insert_unmapped(u);
     if (below != nullptr) space.insert_free(below);
+    if (rest != nullptr) space.arena.recycle(rest);
   }
 
   /// A new reserved range for the stream and size class (the device's memory and an eighth, as
