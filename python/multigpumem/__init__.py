@@ -16,6 +16,9 @@ Sharing a block with another process (the pools' memory made shareable: MGM_ALLO
     q = multigpumem.ipc_import(token, device=0)    # in the other process: the same memory
     multigpumem.ipc_close(q)                       # there, when done; then ipc_unexport(p) or free here
 
+The library logs what no call can report (a refused free, the pools' warnings) to stderr, from the
+level MGM_LOG names: off, error, warning (the default), info, debug.
+
 MGM_ALLOC_CONF sets the pool's options (PYTORCH_CUDA_ALLOC_CONF's keys it can honour are taken, the
 others refused by name); MGM_C_SIM=PRESET runs the pools on a simulated machine; MGM_C_LIBRARY
 names the library where it is not next to this package.
@@ -75,8 +78,20 @@ def alloc(size, device=0, stream=0):
 
 
 def free(ptr, size, device=0, stream=0):
-    """Returns memory of `alloc` to its pool, in `stream`'s order (a pointer it did not hand out is
-    logged and changes nothing)."""
+    """Returns memory of `alloc` to its pool, in `stream`'s order. A pointer the pool did not hand
+    out (a double free, a foreign pointer, a bad device) changes nothing: the library logs it to
+    stderr (MGM_LOG) and this raises ValueError with the reason."""
+    if ptr:
+        lib = _lib.library()
+        lib.mgm_clear_error()
+        lib.mgm_free_async(ptr, size, device, stream or None)
+        why = _lib.last_error()
+        if why:
+            raise ValueError(why)
+
+
+def _release(ptr, size, device, stream):
+    """A framework's finalizer's free: never raises (a refused free is logged by the library)."""
     if ptr:
         _lib.library().mgm_free_async(ptr, size, device, stream or None)
 

@@ -34,6 +34,7 @@ def _declare(lib):
     table = {
         "mgm_abi_version": (c_int, []),
         "mgm_last_error": (c_char_p, []),
+        "mgm_clear_error": (None, []),
         "mgm_device_count": (c_int, []),
         "mgm_config": (c_char_p, []),
         "mgm_memory_info": (c_int, [c_int, ctypes.POINTER(c_size_t), ctypes.POINTER(c_size_t)]),

@@ -32,7 +32,7 @@ class _Block:
 
     def __del__(self):
         if self.ptr:
-            multigpumem.free(self.ptr, self.size, self.device, self.stream)
+            multigpumem._release(self.ptr, self.size, self.device, self.stream)
             self.ptr = 0
 
 

@@ -37,7 +37,7 @@ def manager():
             ptr = multigpumem.alloc(size, device, 0)
 
             def finalizer():
-                multigpumem.free(ptr, size, device, 0)
+                multigpumem._release(ptr, size, device, 0)
 
             return driver.MemoryPointer(self.context, device_pointer(driver, ptr), size, finalizer=finalizer)
 

@@ -20,12 +20,15 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mgm::c_abi {
 
 /// Sets this thread's `mgm_last_error` (defined in multigpumem_c.cpp).
-void set_error(std::string what);
+// Sets the calling thread's mgm_last_error() to the parts joined. Never throws: without host
+// memory for the text, mgm_last_error() says so instead.
+void set_error(std::string_view a, std::string_view b = {}, std::string_view c = {}) noexcept;
 
 // The pools, whatever their platform.
 class backend {

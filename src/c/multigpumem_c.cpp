@@ -18,7 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -29,13 +31,29 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <unistd.h>
 
 namespace {
 thread_local std::string t_error;
+thread_local bool t_error_lost = false;  // the last error's text could not be stored
+// While this thread frees: where the first error the library logs goes (a refused free's reason).
+thread_local std::string* t_free_refusal = nullptr;
 }  // namespace
 
-void mgm::c_abi::set_error(std::string what) { t_error = std::move(what); }
+void mgm::c_abi::set_error(std::string_view a, std::string_view b, std::string_view c) noexcept {
+  try {
+    t_error.clear();
+    t_error.reserve(a.size() + b.size() + c.size());
+    t_error.append(a).append(b).append(c);
+    t_error_lost = false;
+  } catch (...) {
+    t_error.clear();
+    t_error_lost = true;
+  }
+}
 
 namespace {
 
@@ -44,6 +62,63 @@ using mgm::c_abi::pool_backend;
 using mgm::c_abi::set_error;
 
 constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+
+// ---- The library's messages ----------------------------------------------------------------
+// MGM_LOG's threshold (default warning) and where messages go: stderr, or mgm_set_log_fn's.
+struct log_sink {
+  mgm_log_fn fn{nullptr};
+  void* user{nullptr};
+  int min_level{MGM_LOG_WARNING};
+};
+
+constexpr const char* level_names[] = {"debug", "info", "warning", "error"};
+
+int to_c_level(mgm::log_level l) noexcept {
+  switch (l) {
+    case mgm::log_level::debug: return MGM_LOG_DEBUG;
+    case mgm::log_level::info: return MGM_LOG_INFO;
+    case mgm::log_level::warning: return MGM_LOG_WARNING;
+    case mgm::log_level::error: break;
+  }
+  return MGM_LOG_ERROR;
+}
+
+// MGM_LOG=off|error|warning|info|debug as a threshold (off: above every level); throws on others.
+int log_threshold_from_env() {
+  const char* v = std::getenv("MGM_LOG");
+  if (v == nullptr || *v == '\0') return MGM_LOG_WARNING;
+  const std::string_view s{v};
+  if (s == "off") return MGM_LOG_ERROR + 1;
+  for (int l = MGM_LOG_DEBUG; l <= MGM_LOG_ERROR; ++l) {
+    if (s == level_names[l]) return l;
+  }
+  throw mgm::logic_error{"MGM_LOG=" + std::string{s} + ": not one of off, error, warning, info, debug"};
+}
+
+// One line on stderr, in one write, so that lines of several threads do not interleave.
+void to_stderr(int level, const char* message, void* /*user*/) {
+  std::string line = std::string{"multigpumem: "} + level_names[level] + ": " + message + "\n";
+  const char* p = line.data();
+  std::size_t left = line.size();
+  while (left > 0) {
+    const ssize_t n = ::write(STDERR_FILENO, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+// Installs `sink` as the library's voice (its own copy of mgm::log: the host's is untouched).
+void install(log_sink sink) {
+  mgm::set_log_callback([sink](mgm::log_level level, std::string_view message) {
+    const int l = to_c_level(level);
+    std::string text{message};
+    if (l == MGM_LOG_ERROR && t_free_refusal != nullptr && t_free_refusal->empty()) *t_free_refusal = text;
+    if (l < sink.min_level) return;
+    (sink.fn != nullptr ? sink.fn : to_stderr)(l, text.c_str(), sink.user);
+  });
+}
 
 // The process's pools, made on the first call.
 struct state {
@@ -64,6 +139,7 @@ struct state {
 
   state() {
     try {
+      install(log_sink{nullptr, nullptr, log_threshold_from_env()});
       const mgm::pool_options o = mgm::pool_options::from_env();
       const auto sharing = o.shareable ? mgm::vmm_sharing::shareable : mgm::vmm_sharing::process_local;
       const char* sim = std::getenv("MGM_C_SIM");
@@ -109,9 +185,9 @@ state* running() {
 bool valid_device(const state& s, int device, const char* who) noexcept {
   if (device >= 0 && device < s.devices) [[likely]] return true;
   try {
-    set_error(std::string{who} + ": device " + std::to_string(device) + " is not one of the " +
-            std::to_string(s.pools->device_count()) + " devices this process sees" +
-              (s.sim_name.empty() ? "" : " (simulated machine " + s.sim_name + ")"));
+    set_error(who, ": device " + std::to_string(device) + " is not one of the " + std::to_string(s.pools->device_count()) +
+                       " devices this process sees",
+              s.sim_name.empty() ? "" : " (simulated machine " + s.sim_name + ")");
   } catch (...) {
   }
   return false;
@@ -224,9 +300,9 @@ auto guarded(const char* who, F&& f, decltype(f()) on_error) noexcept -> decltyp
   try {
     return f();
   } catch (const std::exception& e) {
-    set_error(std::string{who} + ": " + e.what());
+    set_error(who, ": ", e.what());
   } catch (...) {
-    set_error(std::string{who} + ": an unknown exception");
+    set_error(who, ": an unknown exception");
   }
   return on_error;
 }
@@ -238,7 +314,7 @@ int found_or_fail(const char* who, const void* ptr, const char* not_found, F&& f
       who,
       [&] {
         if (f()) return 0;
-        set_error(std::string{who} + ": " + mgm::detail::describe_address(ptr) + " " + not_found);
+        set_error(who, ": " + mgm::detail::describe_address(ptr) + " ", not_found);
         return -1;
       },
       -1);
@@ -257,7 +333,23 @@ extern "C" {
 
 MGM_C_API int mgm_abi_version(void) { return MGM_ABI_VERSION; }
 
-MGM_C_API const char* mgm_last_error(void) { return t_error.c_str(); }
+MGM_C_API const char* mgm_last_error(void) {
+  return t_error_lost ? "out of host memory while describing an error" : t_error.c_str();
+}
+
+MGM_C_API void mgm_clear_error(void) {
+  t_error.clear();
+  t_error_lost = false;
+}
+
+MGM_C_API void mgm_set_log_fn(mgm_log_fn fn, int min_level, void* user) {
+  (void)the_state();  // its start installs stderr first: this call must come after, not be undone
+  try {
+    install(log_sink{fn, user, std::clamp(min_level, MGM_LOG_DEBUG, MGM_LOG_ERROR + 1)});
+  } catch (...) {
+    // no host memory for the new sink: the old one stays
+  }
+}
 
 MGM_C_API int mgm_device_count(void) {
   state* s = running();
@@ -301,17 +393,23 @@ MGM_C_API void* mgm_alloc_async(size_t size, int device, void* stream) {
 
 MGM_C_API void mgm_free_async(void* ptr, size_t size, int device, void* stream) {
   if (ptr == nullptr) return;
-  try {
-    state* s = running();
-    if (s == nullptr) return;
-    if (!valid_device(*s, device, "mgm_free_async")) {
-      mgm::log(mgm::log_level::error, t_error + "; the pointer was not freed");
-      return;
+  state* s = running();
+  if (s == nullptr) return;
+  if (!valid_device(*s, device, "mgm_free_async")) {
+    try {
+      t_error.append("; the pointer was not freed");
+    } catch (...) {  // the reason alone, then
     }
-    s->pools->deallocate(device, ptr, size, mgm::stream_ref{static_cast<cudaStream_t>(stream)});
-  } catch (...) {
-    // a message that could not be built: the free itself is noexcept and happened, or was refused
+    mgm::log(mgm::log_level::error, mgm_last_error());
+    return;
   }
+  // The pool refuses a pointer it did not hand out by logging it (its free cannot fail otherwise):
+  // the first error logged meanwhile, on this thread, is why, and becomes this thread's error.
+  std::string refusal;
+  t_free_refusal = &refusal;
+  s->pools->deallocate(device, ptr, size, mgm::stream_ref{static_cast<cudaStream_t>(stream)});
+  t_free_refusal = nullptr;
+  if (!refusal.empty()) set_error("mgm_free_async: ", refusal);
 }
 
 MGM_C_API int mgm_forget_stream(int device, void* stream) {
@@ -333,7 +431,7 @@ MGM_C_API int mgm_record_stream(void* ptr, void* stream) {
       "mgm_record_stream",
       [&] {
         if (s->pools->record_stream(ptr, mgm::stream_ref{static_cast<cudaStream_t>(stream)})) return 0;
-        set_error("mgm_record_stream: no pool holds " + mgm::detail::describe_address(ptr));
+        set_error("mgm_record_stream: no pool holds ", mgm::detail::describe_address(ptr));
         return -1;
       },
       -1);
@@ -357,13 +455,10 @@ MGM_C_API size_t mgm_empty_cache(void) {
 MGM_C_API int mgm_set_memory_fraction(double fraction, int device) {
   state* s = running();
   if (s == nullptr || !valid_device(*s, device, "mgm_set_memory_fraction")) return -1;
-  if (!(fraction >= 0.0 && fraction <= 1.0)) {
-    set_error("mgm_set_memory_fraction: " + std::to_string(fraction) + " is not in [0, 1]");
-    return -1;
-  }
   return guarded(
       "mgm_set_memory_fraction",
       [&] {
+        if (!(fraction >= 0.0 && fraction <= 1.0)) throw mgm::logic_error{std::to_string(fraction) + " is not in [0, 1]"};
         auto& limit = s->limits[static_cast<std::size_t>(device)];
         const double total = static_cast<double>(s->pools->total_bytes(device));
         const std::lock_guard lock{limit.mutex};
@@ -428,10 +523,10 @@ MGM_C_API void* mgm_torch_alloc(size_t size, int device, mgm_stream_t stream) {
     return allocate_or_throw(*s, size, device, mgm::stream_ref{reinterpret_cast<cudaStream_t>(stream)});
   } catch (const mgm::out_of_memory& e) {
     // PyTorch's words first, so that the handlers and people who look for them find them.
-    set_error(std::string{"CUDA out of memory (MultiGpuMem's pool): "} + e.what());
+    set_error("CUDA out of memory (MultiGpuMem's pool): ", e.what());
     throw mgm::out_of_memory{t_error, e.requested_bytes()};
   } catch (const std::exception& e) {
-    set_error(std::string{"mgm_torch_alloc: "} + e.what());
+    set_error("mgm_torch_alloc: ", e.what());
     throw;
   }
 }

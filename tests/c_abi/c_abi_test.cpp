@@ -17,6 +17,7 @@
 #include <cstring>
 #include <atomic>
 #include <functional>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <random>
@@ -97,12 +98,14 @@ nlohmann::json stats_of(const c_abi& c, int device) {
 }
 
 // Runs the hidden test case `name` in a new process of this program (a fresh library state),
-// with `env` (VAR=value ...) added; true when it passes.
-bool in_child(const std::string& name, const std::string& env) {
+// with `env` (VAR=value ...) added; true when it passes (a name that matches no case fails). Its
+// stderr goes to `stderr_file` when given.
+bool in_child(const std::string& name, const std::string& env, const std::string& stderr_file = "/dev/null") {
   char self[4096] = {};
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);  // this program, not the shell's
   REQUIRE(n > 0);
-  const std::string cmd = "env " + env + " '" + std::string{self, static_cast<std::size_t>(n)} + "' '" + name + "' >/dev/null 2>&1";
+  const std::string cmd = "env " + env + " '" + std::string{self, static_cast<std::size_t>(n)} + "' --warn NoTests '" + name +
+                          "' >/dev/null 2>'" + stderr_file + "'";
   const int status = std::system(cmd.c_str());
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
@@ -248,6 +251,7 @@ TEST_CASE("C ABI: each thread's strings live until its own next call, whatever o
   REQUIRE(my_snapshot != nullptr);
   const std::string snapshot_copy = my_snapshot;
   CHECK(std::string{mine} == stats_copy);  // another function's call leaves this string alone
+  const std::string my_error = c.last_error();  // what earlier cases left on this thread
   std::string others_error;
   std::thread other{[&] {
     for (int i = 0; i < 200; ++i) {
@@ -264,7 +268,7 @@ TEST_CASE("C ABI: each thread's strings live until its own next call, whatever o
   CHECK(others_error.find("mgm_alloc_async: caching_pool on device 1: out of memory allocating 1.00 TiB") == 0);
   CHECK(std::string{mine} == stats_copy);  // the same buffers, untouched by the other thread
   CHECK(std::string{my_snapshot} == snapshot_copy);
-  CHECK(std::string{c.last_error()}.empty());  // the other thread's error is its own
+  CHECK(std::string{c.last_error()} == my_error);  // the other thread's error is its own
   c.free(held, 3 * MiB, 0, nullptr);
 }
 
@@ -383,11 +387,32 @@ TEST_CASE("C ABI: a bad device, a double free and a foreign pointer: errors, no 
   void* q = c.alloc(MiB, 0, nullptr);
   REQUIRE(p != nullptr);
   const auto before = stats_of(c, 0);
+  // Each refused free is logged, and is the freeing thread's error; a good free leaves it alone.
+  auto clear_error = c.get<void()>("mgm_clear_error");
+  auto set_log_fn = c.get<void(mgm_log_fn, int, void*)>("mgm_set_log_fn");
+  std::vector<std::string> logged;
+  set_log_fn([](int level, const char* message, void* user) {
+    static_cast<std::vector<std::string>*>(user)->push_back(std::to_string(level) + " " + message);
+  }, MGM_LOG_ERROR, &logged);
+  const auto refused = [&](void* ptr, std::size_t size, int device) {
+    clear_error();
+    const std::size_t seen = logged.size();
+    c.free(ptr, size, device, nullptr);
+    const std::string why = c.last_error();
+    INFO(why);
+    CHECK(logged.size() == seen + 1);
+    if (logged.size() > seen) CHECK(logged.back().find(std::to_string(MGM_LOG_ERROR) + " ") == 0);
+    return why;
+  };
+  clear_error();
   c.free(p, 3 * MiB, 0, nullptr);
-  c.free(p, 3 * MiB, 0, nullptr);  // twice: logged, nothing changes
+  CHECK(std::string{c.last_error()}.empty());
+  CHECK(logged.empty());
+  CHECK(refused(p, 3 * MiB, 0).find("mgm_free_async: ") == 0);  // twice: nothing changes
   int outside = 0;
-  c.free(&outside, 4, 0, nullptr);  // never allocated
-  c.free(q, MiB, 42, nullptr);      // a bad device: logged, not freed
+  CHECK(refused(&outside, 4, 0).find("mgm_free_async: ") == 0);  // never allocated
+  CHECK(refused(q, MiB, 42).find("device 42 is not one of the 8 devices") != std::string::npos);  // not freed
+  set_log_fn(nullptr, MGM_LOG_WARNING, nullptr);  // stderr again
   const auto after = stats_of(c, 0);
   REQUIRE(after["allocated_bytes.all.current"].get<std::size_t>() ==
           before["allocated_bytes.all.current"].get<std::size_t>() - 3 * MiB);
@@ -444,6 +469,45 @@ TEST_CASE("C ABI: MGM_ALLOC_CONF takes PyTorch's keys it honours and refuses the
   REQUIRE(in_child("child: bad machine", "MGM_C_SIM_CHILD=no-such-machine"));
   REQUIRE(in_child("child: not simulated", ""));
   REQUIRE_FALSE(in_child("child: refused key", "MGM_ALLOC_CONF=max_split_size_mb:64 MGM_EXPECT=x MGM_EXPECT2=y"));  // can fail
+}
+
+TEST_CASE("C ABI: MGM_LOG sets what reaches stderr, and a bad value is refused by name", "[c_abi]") {
+  const std::string file = "mgm_c_abi_log." + std::to_string(::getpid()) + ".txt";
+  const auto read = [&] {
+    std::string text;
+    if (FILE* f = std::fopen(file.c_str(), "r")) {
+      char buf[4096];
+      for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+      std::fclose(f);
+    }
+    return text;
+  };
+  REQUIRE(in_child("child: a double free", "", file));  // the default: warnings and errors
+  std::string text = read();
+  INFO(text);
+  CHECK(text.find("multigpumem: error: ") != std::string::npos);
+  CHECK(text.find("multigpumem: error: mgm_free_async: device 42 is not one of") != std::string::npos);
+  REQUIRE(in_child("child: a double free", "MGM_LOG=off", file));
+  CHECK(read().find("multigpumem:") == std::string::npos);
+  REQUIRE(in_child("child: bad MGM_LOG", "MGM_LOG=loud", file));
+  std::remove(file.c_str());
+}
+
+TEST_CASE("child: a double free", "[.]") {
+  const auto c = open_library();
+  void* p = c.alloc(MiB, 0, nullptr);
+  REQUIRE(p != nullptr);
+  c.free(p, MiB, 0, nullptr);
+  c.free(p, MiB, 0, nullptr);
+  c.free(p, MiB, 42, nullptr);
+  REQUIRE(std::string{c.last_error()}.find("device 42") != std::string::npos);
+}
+
+TEST_CASE("child: bad MGM_LOG", "[.]") {
+  const auto c = open_library();
+  REQUIRE(c.device_count() == -1);
+  REQUIRE(std::string{c.last_error()}.find("MGM_LOG=loud: not one of off, error, warning, info, debug") !=
+          std::string::npos);
 }
 
 TEST_CASE("child: honoured keys", "[.]") {

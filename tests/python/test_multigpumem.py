@@ -86,10 +86,92 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(MemoryError, match="memory fraction"):
         multigpumem.alloc(GiB, 4)
     multigpumem.set_memory_fraction(1.0, 4)
+
+
+def test_a_refused_free_raises_is_logged_and_loses_nothing(capfd):
     p = multigpumem.alloc(GiB, 4)
+    kept = multigpumem.alloc(3 * MiB, 4)  # live throughout: a wrong free would take it
     multigpumem.free(p, GiB, 4)
-    multigpumem.free(p, GiB, 4)  # a double free: logged, nothing changes
-    assert multigpumem.stats(4)["allocated_bytes.all.current"] == 0
+    before = multigpumem.stats(4)
+    with pytest.raises(ValueError, match="mgm_free_async: "):
+        multigpumem.free(p, GiB, 4)  # a double free
+    foreign = ctypes.create_string_buffer(4096)
+    with pytest.raises(ValueError, match="mgm_free_async: "):
+        multigpumem.free(ctypes.addressof(foreign), 4096, 4)  # memory the pool never had
+    with pytest.raises(ValueError, match="device 42 is not one of the 8 devices"):
+        multigpumem.free(kept, 3 * MiB, 42)  # a bad device: not freed
+    after = multigpumem.stats(4)
+    for key in ("allocated_bytes.all.current", "allocation.all.current", "reserved_bytes.all.current"):
+        assert after[key] == before[key], key
+    assert after["allocation.all.current"] == 1
+    # `kept` is still the caller's: no new allocation is handed its memory.
+    others = [multigpumem.alloc(3 * MiB, 4) for _ in range(8)]
+    assert kept not in others
+    for q in others:
+        multigpumem.free(q, 3 * MiB, 4)
+    multigpumem.free(kept, 3 * MiB, 4)  # a good free raises nothing
+    assert multigpumem.stats(4)["allocation.all.current"] == 0
+    err = capfd.readouterr().err  # the library's own line on stderr, for each refusal
+    assert err.count("multigpumem: error: ") >= 3, err
+
+
+def test_a_graph_capture_keeps_its_memory_after_the_capture():
+    lib = _lib.library()
+    g = lib.mgm_sim_create_stream(5)
+    assert lib.mgm_sim_begin_capture(g) == 0
+    during = multigpumem.alloc(8 * MiB, 5, g)
+    multigpumem.free(during, 8 * MiB, 5, g)  # freed inside the capture: the graph still uses it
+    assert lib.mgm_sim_end_capture(g) == 0
+    after = [multigpumem.alloc(8 * MiB, 5, g), multigpumem.alloc(8 * MiB, 5, 0)]
+    assert during not in after  # a replay writes there: nobody else gets it
+    for q, s in zip(after, (g, 0)):
+        multigpumem.free(q, 8 * MiB, 5, s)
+    assert lib.mgm_sim_begin_capture(None) == -1  # the default stream cannot capture
+    assert "capture" in _lib.last_error()
+
+
+def test_8_threads_on_4_devices_never_share_memory():
+    import random
+    import threading
+    lib = _lib.library()
+    streams = [lib.mgm_sim_create_stream(t % 4) for t in range(8)]
+    live = {d: {} for d in range(4)}  # device -> {ptr: size} of every thread's live blocks
+    lock = threading.Lock()
+    errors = []
+
+    def work(t):
+        d, s, rng = t % 4, streams[t], random.Random(t)
+        held = []
+        try:
+            for _ in range(400):
+                if len(held) < 12 and rng.random() < 0.55:
+                    n = rng.randrange(256, 2 * MiB)
+                    p = multigpumem.alloc(n, d, s)
+                    with lock:
+                        for q, m in live[d].items():
+                            assert p + n <= q or q + m <= p, "two live blocks overlap"
+                        live[d][p] = n
+                    held.append((p, n))
+                elif held:
+                    p, n = held.pop(rng.randrange(len(held)))
+                    with lock:
+                        del live[d][p]
+                    multigpumem.free(p, n, d, s)
+            for p, n in held:
+                with lock:
+                    del live[d][p]
+                multigpumem.free(p, n, d, s)
+        except Exception as e:  # noqa: BLE001 - reported below, with the thread
+            errors.append("thread %d: %r" % (t, e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for d in range(4):
+        assert multigpumem.stats(d)["allocated_bytes.all.current"] == 0
 
 
 def _hide(monkeypatch, *names):

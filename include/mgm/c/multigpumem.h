@@ -11,7 +11,8 @@
  * benchmarks): for tests, and machines without a GPU.
  *
  * Errors: no function but mgm_torch_alloc throws. One that fails returns NULL (or -1)
- * and sets mgm_last_error(), a message of the calling thread, valid until its next failing call.
+ * and sets mgm_last_error(), a message of the calling thread, valid until its next failing call
+ * (or mgm_clear_error). Events with no caller to tell are logged: see MGM_LOG below.
  * Strings returned by mgm_stats_json, mgm_snapshot_json and mgm_config live in a buffer of the
  * calling thread until its next call of the same function.
  *
@@ -46,6 +47,22 @@ typedef struct CUstream_st* mgm_stream_t;
 MGM_C_API int mgm_abi_version(void);
 /* The calling thread's last error; "" when none. */
 MGM_C_API const char* mgm_last_error(void);
+/* Empties the calling thread's last error, as `errno = 0` does: to learn whether a call that
+ * returns nothing (mgm_free_async) was refused. */
+MGM_C_API void mgm_clear_error(void);
+
+/* The library's messages (a refused free, a hook that failed, the pools' warnings, the
+ * simulator's findings) go to stderr, one line each ("multigpumem: LEVEL: text"), from the level
+ * MGM_LOG names: off, error, warning (the default), info or debug; any other value stops the
+ * library from starting, with that reason. mgm_set_log_fn sends those of `min_level` and above to
+ * `fn` instead, with `user`; fn NULL: back to stderr. `fn` runs on the thread of the event, maybe
+ * on several threads at once; it must not call the library. */
+#define MGM_LOG_DEBUG 0
+#define MGM_LOG_INFO 1
+#define MGM_LOG_WARNING 2
+#define MGM_LOG_ERROR 3
+typedef void (*mgm_log_fn)(int level, const char* message, void* user);
+MGM_C_API void mgm_set_log_fn(mgm_log_fn fn, int min_level, void* user);
 /* The GPUs the pools run on (simulated ones under MGM_C_SIM); -1 when the library cannot start. */
 MGM_C_API int mgm_device_count(void);
 /* `device`'s free and total memory as the driver (or the simulator) counts them. 0, or -1. */
@@ -58,7 +75,8 @@ MGM_C_API const char* mgm_config(void);
  * reached), with mgm_last_error() naming the figures. */
 MGM_C_API void* mgm_alloc_async(size_t size, int device, void* stream);
 /* Returns `ptr` (of `size` bytes, from `device`) for reuse in `stream`'s order. A pointer the pool
- * did not hand out (a double free) is logged and changes nothing. */
+ * did not hand out (a double free, a foreign pointer, a bad device) changes nothing: it is logged
+ * (MGM_LOG) and becomes this thread's mgm_last_error(), which is otherwise left as it was. */
 MGM_C_API void mgm_free_async(void* ptr, size_t size, int device, void* stream);
 /* `ptr` is also used on `stream`: it is reused only after the work enqueued there by its free has
  * completed. 0, or -1 when no pool holds `ptr`. */
