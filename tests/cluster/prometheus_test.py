@@ -5,7 +5,8 @@ Two `mgm serve --sim` processes stand in for two nodes (dgx-h100 and pcie-4gpu-m
 with simulated pools publishes its figures; a static page stands in for dcgm-exporter. The test
 starts a Prometheus server with the shipped rules, then checks through its HTTP API that every
 GPU of both nodes arrived with the right memory, that each process's pools arrived, that every
-rule loaded and evaluates, and that every dashboard query returns series. It also checks the
+rule loaded, that each alert's expression returns series on a backfilled history of its pattern
+(and not on a sawtooth, a plateau or a warm-up), and that every dashboard query returns series. It also checks the
 exporter alone: promtool's lint, 1,000 scrapes from 8 clients with bounded memory, a port in
 use, failing NVML readings, and SIGTERM.
 
@@ -147,6 +148,67 @@ def series_by_gpu(text, metric):
     return out
 
 
+# Alerts need history that a test cannot wait for (the leak alert looks back 4 hours): each
+# alert's pattern, and patterns that must not fire it, are written as 5 hours of past samples
+# (one a minute) and loaded into the server's data folder with promtool's backfill before it
+# starts. Each history node is its own `instance`; EXPECTED_FIRING names the node whose series an
+# alert's expression returns at the end of that history, and no other node's.
+HISTORY_NODES = ("leak", "sawtooth", "plateau", "warmup", "full", "fragmented", "stale", "errors")
+EXPECTED_FIRING = {
+    "MgmGpuMemoryLeak": {"history-leak:1"},
+    "MgmGpuNearOutOfMemory": {"history-full:1"},
+    "MgmPoolFragmentation": {"history-fragmented:1"},
+    "MgmSampleStale": {"history-stale:1"},
+    "MgmSampleErrors": {"history-errors:1"},
+}
+HISTORY_SECONDS = 5 * 3600
+
+
+def history_used(node, t):
+    """GPU memory used at `t` seconds into the history, in bytes."""
+    gib = 1 << 30
+    if node == "leak":
+        return 10 * gib + int(256 * MIB * t / 3600)  # 256 MiB an hour, every hour
+    if node == "sawtooth":
+        return 10 * gib + int(8 * gib * (t % 3600) / 3600)  # 1-hour teeth back to 10 GiB
+    if node == "warmup":
+        return 10 * gib + int(20 * gib * min(t, 5400) / 5400)  # rises for 90 minutes, then flat
+    if node == "full":
+        return 78 * gib + 512 * MIB  # 1.5 GiB free of 80: under 5 %
+    return 20 * gib
+
+
+def write_history(path, end):
+    """The history as OpenMetrics text, ending at unix time `end` (seconds)."""
+    start = end - HISTORY_SECONDS
+    times = range(0, HISTORY_SECONDS + 1, 60)
+    total = 80 << 30
+    lines = []
+
+    def family(name, kind, value_of, samples="", nodes=HISTORY_NODES, extra=""):
+        lines.append("# TYPE %s %s" % (name, kind))
+        for node in nodes:
+            labels = 'instance="history-%s:1",job="history",node="%s"%s' % (node, node, extra)
+            if name.startswith("mgm_gpu_"):
+                labels += ',gpu="0",uuid="GPU-history-%s",model_name="NVIDIA H100 80GB HBM3"' % node
+            for t in times:
+                lines.append("%s%s{%s} %d %d" % (name, samples, labels, value_of(node, t), start + t))
+
+    family("mgm_gpu_memory_used_bytes", "gauge", history_used)
+    family("mgm_gpu_memory_free_bytes", "gauge", lambda n, t: total - history_used(n, t))
+    family("mgm_gpu_memory_total_bytes", "gauge", lambda n, t: total)
+    pool = ',gpu="0",pid="4242",process_name="train"'
+    family("mgm_pool_reserved_bytes", "gauge", lambda n, t: (10 << 30) if n == "fragmented" else (3 << 30),
+           nodes=("plateau", "fragmented"), extra=pool)
+    family("mgm_pool_allocated_bytes", "gauge", lambda n, t: 1 << 30 if n == "fragmented" else (3 << 30) - MIB,
+           nodes=("plateau", "fragmented"), extra=pool)
+    family("mgm_sample_age_seconds", "gauge", lambda n, t: 300 if n == "stale" else 1)
+    family("mgm_sample_errors", "counter", lambda n, t: t // 60 if n == "errors" else 0, samples="_total")
+    lines.append("# EOF")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def rss_kib(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -263,6 +325,15 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     dcgm = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dcgm)
     threading.Thread(target=dcgm.serve_forever, daemon=True).start()
 
+    # The past that the alerts need, written into the server's data folder before it starts.
+    history_end = int(time.time()) - 3 * 3600  # older than the head block the server will write
+    history = os.path.join(tmp, "history.om")
+    write_history(history, history_end)
+    backfill = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", history, os.path.join(tmp, "data")],
+                              capture_output=True, text=True, timeout=max(5, remaining()))
+    check(backfill.returncode == 0, "promtool backfill: rc %d: %s%s" % (backfill.returncode, backfill.stdout,
+                                                                         backfill.stderr))
+
     # The Prometheus server, with the shipped rules.
     port = free_port()
     rules = os.path.join(deploy, "prometheus", "mgm-rules.yml")
@@ -293,8 +364,11 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
         check("address already in use" in err and attempt < 2, "Prometheus exited (rc %s): %s" % (server.returncode, err))
         port = free_port()
 
-    def query(expr):
-        status, body = get(api + "/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    def query(expr, at=None):
+        args = {"query": expr}
+        if at is not None:
+            args["time"] = str(at)
+        status, body = get(api + "/api/v1/query?" + urllib.parse.urlencode(args))
         answer = json.loads(body)
         check(answer["status"] == "success", "query %s: %s" % (expr, answer))
         return answer["data"]["result"]
@@ -325,11 +399,20 @@ def run(mgm, child, fake_nvml, deploy, prometheus, promtool, tmp, procs):
     loaded = wait_for("every rule to be evaluated", rules_ok, timeout=20)
     bad = [r["name"] for r in loaded if r["health"] != "ok"]
     check(not bad, "rules not healthy: %s" % bad)
+    alerts = set()
     for r in loaded:
         if r["type"] == "recording":
             wait_for("series of the recording rule %s" % r["name"], lambda: query(r["name"]), timeout=10)
-        else:
-            query(r["query"])  # an alert is quiet here; its expression must still evaluate
+            continue
+        # An alert returns series on the history of its pattern, and on no other: a leak, not a
+        # sawtooth, a plateau or a warm-up; a full GPU; idle pool memory; a stale or failing sampler.
+        alerts.add(r["name"])
+        check(r["name"] in EXPECTED_FIRING, "the alert %s has no history that fires it in this test" % r["name"])
+        got = {x["metric"].get("instance") for x in query(r["query"], at=history_end)}
+        history_got = {i for i in got if i and i.startswith("history-")}
+        check(history_got == EXPECTED_FIRING[r["name"]], "%s returned series of %s at the history's end, not %s"
+              % (r["name"], sorted(history_got), sorted(EXPECTED_FIRING[r["name"]])))
+    check(alerts == set(EXPECTED_FIRING), "alerts loaded: %s" % sorted(alerts))
     with open(os.path.join(deploy, "grafana", "mgm-dashboard.json")) as f:
         dashboard = json.load(f)
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
