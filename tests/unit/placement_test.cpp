@@ -1,5 +1,6 @@
 // Placement: the ranking over real topologies, peer access within CUDA's limit, and the placed
 // allocator on the simulated machines.
+#include <mgm/partition/partitioner.hpp>
 #include <mgm/placement/peer_access.hpp>
 #include <mgm/placement/placed_allocator.hpp>
 #include <mgm/sim/judged.hpp>
@@ -32,6 +33,18 @@ mgm::placement_request full_reader(const mgm::topology& t, device_id reader, std
   r.free_bytes[reader.index()] = 0;  // the reader is full
   return r;
 }
+
+// A rebalancer's move of `items` items, from GPU `from` to GPU `to`.
+mgm::partition_move move(std::size_t from, std::size_t to, std::size_t items, bool from_lost = false) {
+  mgm::partition_move m;
+  m.from = from;
+  m.to = to;
+  m.items = items;
+  m.path = "NV18";
+  m.from_lost = from_lost;
+  return m;
+}
+using moves = std::vector<mgm::partition_move>;
 
 std::vector<std::string> where(const std::vector<mgm::placement_candidate>& c) {
   std::vector<std::string> out;
@@ -224,6 +237,72 @@ TEST_CASE("placed_allocator::migrate: the platform's copy, the reserve kept, not
   void* s2 = pcie.migrate(r, device_id{2});
   REQUIRE(mixed.peers().copies().staged == 1);
   pcie.deallocate(s2, MiB);
+}
+
+TEST_CASE("placed_allocator::apply_moves: a rebalancer's plan over the job's buffers, refused whole when it does not fit them",
+          "[placement][rebalancer]") {
+  auto m = mgm::sim::machine::preset("dgx-h100");
+  mgm::pool_options plain;
+  plain.expandable_segments = false;
+  const std::size_t reserve = GiB;
+  mgm::placed_allocator placed{m.links(), [&](device_id d) { return m.allocator(d); },
+                               [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers(),
+                               std::vector<std::size_t>(8, reserve), mgm::placement_options{}, plain};
+  constexpr std::size_t bytes = 2 * MiB;
+  std::vector<std::vector<void*>> items(8);
+  for (int g = 0; g < 3; ++g) {
+    for (int k = 0; k < 4; ++k) {
+      void* p = placed.allocate(device_id{g}, bytes);
+      std::memset(p, 0x10 * (g + 1) + k, bytes);
+      items[static_cast<std::size_t>(g)].push_back(p);
+    }
+  }
+  // Refused before anything moves: the wrong number of lists, too few buffers on a sender (also
+  // counting what an earlier move brings it), a buffer it did not place, a move to itself.
+  const auto copy = items;
+  std::vector<std::vector<void*>> seven(7);
+  REQUIRE_THROWS_AS(placed.apply_moves(moves{move(0, 1, 1)}, seven, bytes), mgm::logic_error);
+  REQUIRE_THROWS_WITH(placed.apply_moves(moves{move(0, 4, 3), move(0, 5, 2)}, items, bytes),
+                      Catch::Contains("GPU0 holds 1 item buffers; a move takes 2"));
+  REQUIRE_NOTHROW(placed.apply_moves(moves{}, items, bytes));
+  auto foreign = items;
+  int outside = 0;
+  foreign[2].back() = &outside;
+  REQUIRE_THROWS_WITH(placed.apply_moves(moves{move(2, 6, 1)}, foreign, bytes),
+                      Catch::Contains("a buffer it did not place"));
+  REQUIRE_THROWS_AS(placed.apply_moves(moves{move(1, 1, 1)}, items, bytes), mgm::logic_error);
+  REQUIRE(items == copy);
+  REQUIRE(placed.statistics().migrations == 0);
+  // A plan: GPU0 sends 3 to GPU4 over NVLink, GPU4 passes 1 on to GPU5, and GPU2 is gone: its 2
+  // last items are rebuilt on GPU6 (fresh memory, nothing copied from it).
+  const moves plan{move(0, 4, 3), move(4, 5, 1), move(2, 6, 2, true)};
+  const auto moved = placed.apply_moves(plan, items, bytes);
+  REQUIRE(moved.size() == 6);
+  REQUIRE(items[0].size() == 1);
+  REQUIRE(items[4].size() == 2);
+  REQUIRE(items[5].size() == 1);
+  REQUIRE(items[2].size() == 2);
+  REQUIRE(items[6].size() == 2);
+  for (std::size_t g = 0; g < 8; ++g) {
+    for (void* p : items[g]) REQUIRE(placed.location_of(p)->device == device_id{static_cast<int>(g)});
+  }
+  // The copies carry the data (the last of GPU0's buffers went first): GPU5's came via GPU4.
+  REQUIRE(static_cast<unsigned char*>(items[4][0])[bytes - 1] == 0x10 + 3);
+  REQUIRE(static_cast<unsigned char*>(items[5][0])[0] == 0x10 + 1);
+  REQUIRE(placed.statistics().migrations == 4);
+  REQUIRE(m.peers().copies().peer == 4);
+  REQUIRE(m.peers().copies().staged == 0);
+  for (const auto& b : moved) REQUIRE_FALSE(placed.location_of(b.from_ptr));
+  // A receiver without room: out_of_memory, the moves before it done, the lists still true.
+  m.hold_foreign(device_id{7}, 1, "tenant", m.memory(device_id{7}).free_bytes - reserve - bytes - MiB);
+  REQUIRE_THROWS_AS(placed.apply_moves(moves{move(4, 7, 2)}, items, bytes), mgm::out_of_memory);
+  REQUIRE(items[7].size() == 1);
+  REQUIRE(items[4].size() == 1);
+  REQUIRE(m.memory(device_id{7}).free_bytes >= reserve);
+  for (std::size_t g = 0; g < 8; ++g) {
+    for (void* p : items[g]) REQUIRE(placed.location_of(p)->device == device_id{static_cast<int>(g)});
+    for (void* p : items[g]) placed.deallocate(p, bytes);
+  }
 }
 
 TEST_CASE("placed_allocator on a PCIe box spills to host memory near the reader", "[placement]") {

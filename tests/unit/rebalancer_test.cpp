@@ -272,6 +272,14 @@ TEST_CASE("rebalancer: a large change goes to the new plan, no item moving twice
       REQUIRE(after[m.to] > before[m.to]);      // a receiver only receives
     }
     REQUIRE(moved == surplus);  // the fewest moves between the two plans
+    // And the cheapest routes for them (brute force over every transfer matrix).
+    std::vector<std::size_t> sends(4, 0);
+    std::vector<std::size_t> takes(4, 0);
+    for (std::size_t i = 0; i < 4; ++i) {
+      sends[i] = before[i] > after[i] ? before[i] - after[i] : 0;
+      takes[i] = after[i] > before[i] ? after[i] - before[i] : 0;
+    }
+    REQUIRE(cost_of(d.plan.moves, links) == Approx(brute_force_cost(sends, takes, links)).epsilon(1e-6));
     if (with_overhead && in[empty] != 0) ++joined;
     for (std::size_t i = 0; i < 4; ++i) {
       // While the senders still hold their copies, what arrives fits above the reserve, with the

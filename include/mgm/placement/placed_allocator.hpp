@@ -11,6 +11,7 @@
 #include <mgm/pool/multi_device_pool.hpp>
 #include <mgm/topology/topology.hpp>
 
+#include <concepts>
 #include <cstddef>
 #include <cstring>
 #include <functional>
@@ -18,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <ranges>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -173,6 +175,76 @@ class placed_allocator {
     return fresh;
   }
 
+  /// @brief Carries out a rebalancer's moves (`rebalance_plan::moves`, from `rebalancer::step` or
+  /// a `rebalance_driver`'s callback) over the job's buffers. `items[g]` lists the buffers of the
+  /// items on GPU g, `bytes_per_item` each, placed by this allocator. A move of k items takes the
+  /// last k buffers of `items[from]` and appends their new addresses to `items[to]`: migrated as
+  /// `migrate` moves one (peer to peer where the pair allows it, else staged through host memory;
+  /// on CUDA `cudaMemcpyPeerAsync` on `stream`, on the simulator `memcpy`), or, for a move
+  /// `from_lost`, allocated afresh on `to` with the old buffer forgotten (its data went with its
+  /// GPU: the caller rebuilds it). Returns the buffers moved, in order.
+  /// @throws mgm::logic_error, before anything moves, when `items` does not fit the moves (one list
+  ///   per GPU, enough buffers on every sender, buffers it placed); mgm::out_of_memory when a
+  ///   receiver has no room above its reserve: the moves before it stay done, and `items` still
+  ///   says where every buffer is.
+  template <class Moves>
+    requires std::ranges::input_range<const Moves> &&
+             requires(std::ranges::range_reference_t<const Moves> m) {
+               { m.from } -> std::convertible_to<std::size_t>;
+               { m.to } -> std::convertible_to<std::size_t>;
+               { m.items } -> std::convertible_to<std::size_t>;
+               { m.from_lost } -> std::convertible_to<bool>;
+             }
+  std::vector<moved_buffer> apply_moves(const Moves& moves, std::vector<std::vector<void*>>& items, std::size_t bytes_per_item,
+                                        stream_ref stream = {}) {
+    const std::string who = "placed_allocator::apply_moves: ";
+    MGM_EXPECTS(items.size() == links_.gpu_count(), who + "one list of item buffers per GPU (" +
+                                                        std::to_string(links_.gpu_count()) + "), not " +
+                                                        std::to_string(items.size()));
+    // The moves played on the lists first (nullptr: a buffer an earlier move brings), so that a
+    // plan that does not fit the buffers changes nothing.
+    std::vector<std::vector<void*>> after = items;
+    std::size_t count = 0;
+    for (const auto& m : moves) {
+      const std::size_t from = m.from;
+      const std::size_t to = m.to;
+      MGM_EXPECTS(from < after.size() && to < after.size() && from != to,
+                  who + "a move from GPU" + std::to_string(from) + " to GPU" + std::to_string(to));
+      MGM_EXPECTS(after[from].size() >= m.items, who + "GPU" + std::to_string(from) + " holds " +
+                                                     std::to_string(after[from].size()) + " item buffers; a move takes " +
+                                                     std::to_string(m.items));
+      for (std::size_t k = 0; k < m.items; ++k) {
+        void* p = after[from].back();
+        MGM_EXPECTS(p == nullptr || location_of(p).has_value(), who + "a buffer it did not place");
+        after[from].pop_back();
+        after[to].push_back(nullptr);
+      }
+      count += m.items;
+    }
+    std::vector<moved_buffer> moved;
+    moved.reserve(count);
+    for (auto& list : items) list.reserve(list.size() + count);  // the pushes below cannot throw
+    for (const auto& m : moves) {
+      const device_id to{static_cast<int>(m.to)};
+      auto& from = items[m.from];
+      for (std::size_t k = 0; k < m.items; ++k) {
+        void* p = from.back();
+        const memory_location where = *location_of(p);
+        void* fresh = nullptr;
+        if (m.from_lost) {
+          fresh = allocate_on(to, bytes_per_item);
+          deallocate(p, bytes_per_item);
+        } else {
+          fresh = migrate(p, to, stream);
+        }
+        from.pop_back();
+        items[m.to].push_back(fresh);
+        moved.push_back({p, fresh, bytes_per_item, where, to});
+      }
+    }
+    return moved;
+  }
+
   [[nodiscard]] std::vector<spill_record> spills() const {
     const std::lock_guard lock{mutex_};
     return spills_;
@@ -224,6 +296,26 @@ class placed_allocator {
     live_.insert(std::move(node));
     release(e, p, e.bytes);
     return fresh;
+  }
+
+  // A buffer read by `to`, on `to` above its reserve (never spilled elsewhere).
+  void* allocate_on(device_id to, std::size_t bytes) {
+    const std::lock_guard lock{mutex_};
+    ++stats_.allocations;
+    void* p = allocate_within_reserve(to, bytes);
+    if (p == nullptr) {
+      throw out_of_memory{"placed_allocator: GPU" + std::to_string(to.value()) + " has no room for " +
+                              mgm::detail::describe_bytes(bytes) + " above its reserve",
+                          bytes};
+    }
+    try {
+      live_.emplace(p, placed{{to, links_.gpu(to).numa_node}, to, bytes});
+    } catch (...) {
+      pools_.pool(to).deallocate(p, bytes);
+      throw;
+    }
+    ++stats_.local;
+    return p;
   }
 
   // The platform's copy, peer to peer where the pair can be connected: CUDA copies between GPUs
