@@ -66,8 +66,12 @@ std::optional<std::chrono::nanoseconds> g_work_until;
 int g_unmaps_under_work = 0;
 std::vector<device_id> g_last_readers;  // of the last cuMemSetAccess that succeeded
 
+// Runs once, in the next cuMemAddressReserve, before it reserves (the pool's lock released).
+std::function<void()> g_during_reserve;
+
 CUresult fake_reserve(CUdeviceptr* ptr, size_t size, size_t, CUdeviceptr addr, unsigned long long flags) {
   if (addr != 0 || flags != 0) return CUDA_ERROR_NOT_SUPPORTED;
+  if (g_during_reserve) std::exchange(g_during_reserve, nullptr)();
   if (g_address_space_full) return CUDA_ERROR_OUT_OF_MEMORY;
   return guarded([&] { *ptr = reinterpret_cast<CUdeviceptr>(g_sim->vmm().reserve(device_id{0}, size)); });
 }
@@ -205,6 +209,7 @@ struct fake_driver_machine {
     g_set_access_oom = false;
     g_peer_refused = false;
     g_during_create = nullptr;
+    g_during_reserve = nullptr;
     g_work_until.reset();
     g_unmaps_under_work = 0;
     g_last_readers.clear();
@@ -397,6 +402,35 @@ TEST_CASE("vmm contract: a growth that fails while another thread unmaps its nei
   (void)pool.release();
   CHECK(f.m.modelled(device_id{0}).count(mgm::sim::driver_call::reserve) == 1);
   CHECK(f.m.memory(device_id{0}).used_bytes == 0);
+  CHECK(f.m.hazards().empty());
+}
+
+TEST_CASE("vmm contract: two misses at once on one stream reserve one range between them", "[pool][vmm]") {
+  // The first miss releases the lock to reserve a range; another thread's miss on the same stream
+  // reserves one too meanwhile. The first then finds the other's range, gives its own back and
+  // grows in that one: the pool keeps one range, not one per thread that missed at once.
+  fake_driver_pool f;
+  auto& pool = f.pool;
+  void* theirs = nullptr;
+  g_during_reserve = [&] {
+    std::thread other{[&] { theirs = pool.allocate(20 * MiB); }};
+    other.join();
+  };
+  void* mine = pool.allocate(20 * MiB);
+  REQUIRE(g_during_reserve == nullptr);  // the other thread ran inside the reservation
+  REQUIRE(theirs != nullptr);
+  CHECK(pool.statistics().segments.current == 1);
+  const auto& calls = f.m.modelled(device_id{0});
+  CHECK(calls.count(mgm::sim::driver_call::reserve) == 2);
+  CHECK(calls.count(mgm::sim::driver_call::unreserve) == 1);  // the spare range, given back at once
+  REQUIRE_NOTHROW(pool.check_invariants());
+  // Both blocks are in the one range, side by side.
+  const auto a = reinterpret_cast<std::uintptr_t>(mine);
+  const auto b = reinterpret_cast<std::uintptr_t>(theirs);
+  CHECK((a > b ? a - b : b - a) == 20 * MiB);
+  pool.deallocate(mine, 20 * MiB);
+  pool.deallocate(theirs, 20 * MiB);
+  (void)pool.release();
   CHECK(f.m.hazards().empty());
 }
 

@@ -578,7 +578,8 @@ class expandable_source {
   }
 
   /// A new reserved range for the stream and size class (the device's memory and an eighth, as
-  /// PyTorch reserves, or the request if larger). False when the address space is exhausted.
+  /// PyTorch reserves, or the request if larger), unless another thread reserved one that serves
+  /// `size` while the lock was released. False when the address space is exhausted.
   bool reserve(std::unique_lock<pool_mutex>& lock, Upstream& upstream, block_space<Statistics>& space,
                stream_slot& slot, std::size_t size, bool small, bool huge) {
     if constexpr (vmm_allocator<Upstream>) {
@@ -604,6 +605,16 @@ class expandable_source {
         throw;
       }
       lock.lock();
+      // Another thread's miss on this stream and class may have reserved a range meanwhile that
+      // serves this request too: one is enough (each is the device's memory and an eighth).
+      tlsf_index& ranges = huge ? slot.unmapped_huge : slot.unmapped_index(small);
+      if (ranges.find(size) != nullptr || ranges.scan(size) != nullptr) {
+        lock.unlock();
+        vmm_.unreserve(va, bytes);
+        lock.lock();
+        space.arena.recycle(head);
+        return true;
+      }
       try {
         segments_.reserve(segments_.size() + 1);
       } catch (...) {  // a host out of memory: the range goes back, nothing else changed
