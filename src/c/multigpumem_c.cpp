@@ -167,19 +167,28 @@ struct state {
 };
 
 // Never destroyed: frees from other threads and from static destructors may come after main returns.
-state& the_state() {
-  static state* s = new state;
-  return *s;
+// nullptr when the host had no memory for it (the next call tries again).
+state* the_state() noexcept {
+  try {
+    static state* s = new state;
+    return s;
+  } catch (...) {
+    return nullptr;
+  }
 }
 
 // The state when it runs, else nullptr with the error set.
-state* running() {
-  state& s = the_state();
-  if (s.pools == nullptr) {
-    set_error(s.failure);
+state* running() noexcept {
+  state* s = the_state();
+  if (s == nullptr) {
+    set_error("libmultigpumem_c cannot start: out of host memory");
     return nullptr;
   }
-  return &s;
+  if (s->pools == nullptr) {
+    set_error(s->failure);
+    return nullptr;
+  }
+  return s;
 }
 
 bool valid_device(const state& s, int device, const char* who) noexcept {
