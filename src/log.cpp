@@ -6,6 +6,7 @@
 
 namespace mgm {
 namespace {
+thread_local std::uint64_t refused = 0;  // trivially destructible: usable until the thread's end
 std::mutex callback_mutex;
 std::shared_ptr<const log_callback> current;  // guarded by callback_mutex
 }  // namespace
@@ -29,5 +30,9 @@ void log(log_level level, std::string_view message) noexcept {
   } catch (...) {  // a callback must not throw; if it does, the message is lost, not the process
   }
 }
+
+std::uint64_t refused_deallocations() noexcept { return refused; }
+
+void note_refused_deallocation() noexcept { ++refused; }
 
 }  // namespace mgm

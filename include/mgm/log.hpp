@@ -6,6 +6,7 @@
 /// here. By default they are dropped; install a callback to see them.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string_view>
 
@@ -22,5 +23,13 @@ log_callback set_log_callback(log_callback callback);
 
 /// @brief Delivers `message` to the installed callback. Never throws.
 void log(log_level level, std::string_view message) noexcept;
+
+/// @brief How many deallocations the calling thread made that were refused: a `noexcept`
+/// deallocate given a pointer its allocator did not hand out (a double free, a foreign pointer,
+/// a device with no pool) changes nothing, logs why, and counts here. A caller that must know
+/// whether one free was refused compares the count before and after it.
+[[nodiscard]] std::uint64_t refused_deallocations() noexcept;
+/// @brief Counts one refused deallocation of the calling thread (for the allocators that refuse).
+void note_refused_deallocation() noexcept;
 
 }  // namespace mgm

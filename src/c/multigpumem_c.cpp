@@ -412,13 +412,18 @@ MGM_C_API void mgm_free_async(void* ptr, size_t size, int device, void* stream) 
     mgm::log(mgm::log_level::error, mgm_last_error());
     return;
   }
-  // The pool refuses a pointer it did not hand out by logging it (its free cannot fail otherwise):
-  // the first error logged meanwhile, on this thread, is why, and becomes this thread's error.
-  std::string refusal;
-  t_free_refusal = &refusal;
+  // The pool refuses a pointer it did not hand out (its free cannot fail otherwise): it counts the
+  // refusal and logs why. Only a counted refusal is one: other errors logged during a free (a
+  // block freed mid-capture kept reserved, say) come from frees that happened. The first error
+  // logged meanwhile on this thread says why.
+  std::string why;
+  const std::uint64_t refused = mgm::refused_deallocations();
+  t_free_refusal = &why;
   s->pools->deallocate(device, ptr, size, mgm::stream_ref{static_cast<cudaStream_t>(stream)});
   t_free_refusal = nullptr;
-  if (!refusal.empty()) set_error("mgm_free_async: ", refusal);
+  if (mgm::refused_deallocations() != refused) {
+    set_error("mgm_free_async: ", why.empty() ? "the pool did not hand out this pointer; nothing was changed" : why);
+  }
 }
 
 MGM_C_API int mgm_forget_stream(int device, void* stream) {

@@ -153,11 +153,12 @@ def series_by_gpu(text, metric):
 # (one a minute) and loaded into the server's data folder with promtool's backfill before it
 # starts. Each history node is its own `instance`; EXPECTED_FIRING names the node whose series an
 # alert's expression returns at the end of that history, and no other node's.
-HISTORY_NODES = ("leak", "sawtooth", "plateau", "warmup", "full", "fragmented", "stale", "errors")
+HISTORY_NODES = ("leak", "sawtooth", "plateau", "warmup", "full", "cached", "fragmented", "stale", "errors")
+POOL_NODES = ("plateau", "cached", "fragmented")
 EXPECTED_FIRING = {
     "MgmGpuMemoryLeak": {"history-leak:1"},
-    "MgmGpuNearOutOfMemory": {"history-full:1"},
-    "MgmPoolFragmentation": {"history-fragmented:1"},
+    "MgmGpuNearOutOfMemory": {"history-full:1"},  # not "cached": its pool holds 30 GiB idle
+    "MgmPoolFragmentation": {"history-fragmented:1", "history-cached:1"},
     "MgmSampleStale": {"history-stale:1"},
     "MgmSampleErrors": {"history-errors:1"},
 }
@@ -173,8 +174,8 @@ def history_used(node, t):
         return 10 * gib + int(8 * gib * (t % 3600) / 3600)  # 1-hour teeth back to 10 GiB
     if node == "warmup":
         return 10 * gib + int(20 * gib * min(t, 5400) / 5400)  # rises for 90 minutes, then flat
-    if node == "full":
-        return 78 * gib + 512 * MIB  # 1.5 GiB free of 80: under 5 %
+    if node in ("full", "cached"):
+        return 78 * gib + 512 * MIB  # 1.5 GiB free of 80: under 5 % (cached: but its pool's idle memory is not)
     return 20 * gib
 
 
@@ -189,7 +190,7 @@ def write_history(path, end):
         lines.append("# TYPE %s %s" % (name, kind))
         for node in nodes:
             labels = 'instance="history-%s:1",job="history",node="%s"%s' % (node, node, extra)
-            if name.startswith("mgm_gpu_"):
+            if name.startswith(("mgm_gpu_", "mgm_pool_")):  # a pool's series has its GPU's labels
                 labels += ',gpu="0",uuid="GPU-history-%s",model_name="NVIDIA H100 80GB HBM3"' % node
             for t in times:
                 lines.append("%s%s{%s} %d %d" % (name, samples, labels, value_of(node, t), start + t))
@@ -197,11 +198,11 @@ def write_history(path, end):
     family("mgm_gpu_memory_used_bytes", "gauge", history_used)
     family("mgm_gpu_memory_free_bytes", "gauge", lambda n, t: total - history_used(n, t))
     family("mgm_gpu_memory_total_bytes", "gauge", lambda n, t: total)
-    pool = ',gpu="0",pid="4242",process_name="train"'
-    family("mgm_pool_reserved_bytes", "gauge", lambda n, t: (10 << 30) if n == "fragmented" else (3 << 30),
-           nodes=("plateau", "fragmented"), extra=pool)
-    family("mgm_pool_allocated_bytes", "gauge", lambda n, t: 1 << 30 if n == "fragmented" else (3 << 30) - MIB,
-           nodes=("plateau", "fragmented"), extra=pool)
+    pool = ',pid="4242",process_name="train"'
+    reserved = {"plateau": 3 << 30, "cached": 40 << 30, "fragmented": 10 << 30}
+    allocated = {"plateau": (3 << 30) - MIB, "cached": 10 << 30, "fragmented": 1 << 30}
+    family("mgm_pool_reserved_bytes", "gauge", lambda n, t: reserved[n], nodes=POOL_NODES, extra=pool)
+    family("mgm_pool_allocated_bytes", "gauge", lambda n, t: allocated[n], nodes=POOL_NODES, extra=pool)
     family("mgm_sample_age_seconds", "gauge", lambda n, t: 300 if n == "stale" else 1)
     family("mgm_sample_errors", "counter", lambda n, t: t // 60 if n == "errors" else 0, samples="_total")
     lines.append("# EOF")

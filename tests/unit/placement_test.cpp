@@ -271,6 +271,14 @@ TEST_CASE("placed_allocator::apply_moves: a rebalancer's plan over the job's buf
   REQUIRE_THROWS_WITH(placed.apply_moves(moves{move(2, 6, 1)}, foreign, bytes),
                       Catch::Contains("a buffer it did not place"));
   REQUIRE_THROWS_AS(placed.apply_moves(moves{move(1, 1, 1)}, items, bytes), mgm::logic_error);
+  auto twice = items;
+  twice[0][2] = twice[0][3];  // one buffer listed twice
+  REQUIRE_THROWS_WITH(placed.apply_moves(moves{move(0, 2, 2)}, twice, bytes), Catch::Contains("a buffer listed twice"));
+  auto null = items;
+  null[1].push_back(nullptr);
+  REQUIRE_THROWS_WITH(placed.apply_moves(moves{move(1, 3, 1)}, null, bytes), Catch::Contains("a null pointer"));
+  REQUIRE_THROWS_WITH(placed.apply_moves(moves{move(1, 3, 1, true)}, items, 32 * bytes),
+                      Catch::Contains("not bytes_per_item"));
   REQUIRE(items == copy);
   REQUIRE(placed.statistics().migrations == 0);
   // A plan: GPU0 sends 3 to GPU4 over NVLink, GPU4 passes 1 on to GPU5, and GPU2 is gone: its 2

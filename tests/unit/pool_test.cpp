@@ -394,9 +394,13 @@ TEST_CASE("pool: bad input is reported and changes nothing", "[pool]") {
   log_capture log;
   void* p = s.pool.allocate(4096);
   int local = 0;
+  const std::uint64_t refused = mgm::refused_deallocations();
   s.pool.deallocate(&local, 4);
+  REQUIRE(mgm::refused_deallocations() == refused + 1);  // counted, for a caller that must know
   s.pool.deallocate(p, 4096);
+  REQUIRE(mgm::refused_deallocations() == refused + 1);  // a good free is not
   s.pool.deallocate(p, 4096);  // a double free
+  REQUIRE(mgm::refused_deallocations() == refused + 2);
   REQUIRE(log.messages.size() == 2);
   REQUIRE(log.messages[1].find("not a live allocation of this pool") != std::string::npos);
   REQUIRE(s.pool->statistics().allocated_bytes.current == 0);

@@ -56,7 +56,9 @@ MGM_C_API void mgm_clear_error(void);
  * MGM_LOG names: off, error, warning (the default), info or debug; any other value stops the
  * library from starting, with that reason. mgm_set_log_fn sends those of `min_level` and above to
  * `fn` instead, with `user`; fn NULL: back to stderr. `fn` runs on the thread of the event, maybe
- * on several threads at once; it must not call the library. */
+ * on several threads at once, sometimes under a lock of the pools: it must not call the library.
+ * A message being delivered while mgm_set_log_fn replaces `fn` may still reach the old `fn` after
+ * mgm_set_log_fn returns: keep the old `user` valid until no other thread can be in the library. */
 #define MGM_LOG_DEBUG 0
 #define MGM_LOG_INFO 1
 #define MGM_LOG_WARNING 2

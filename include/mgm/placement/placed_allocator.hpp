@@ -23,6 +23,7 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace mgm {
@@ -113,6 +114,7 @@ class placed_allocator {
     const std::lock_guard lock{mutex_};
     const auto it = live_.find(p);
     if (it == live_.end()) {
+      note_refused_deallocation();
       log(log_level::error, "placed_allocator: deallocate of a pointer it did not place; nothing was changed");
       return;
     }
@@ -183,12 +185,13 @@ class placed_allocator {
   /// on CUDA `cudaMemcpyPeerAsync` on `stream`, on the simulator `memcpy`), or, for a move
   /// `from_lost`, allocated afresh on `to` with the old buffer forgotten (its data went with its
   /// GPU: the caller rebuilds it). Returns the buffers moved, in order.
+  /// The buffers are the caller's: none of them may be freed or moved by another thread meanwhile.
   /// @throws mgm::logic_error, before anything moves, when `items` does not fit the moves (one list
-  ///   per GPU, enough buffers on every sender, buffers it placed); mgm::out_of_memory when a
-  ///   receiver has no room above its reserve: the moves before it stay done, and `items` still
-  ///   says where every buffer is.
+  ///   per GPU, enough buffers on every sender, each a distinct live buffer it placed, of
+  ///   `bytes_per_item`); mgm::out_of_memory when a receiver has no room above its reserve: the
+  ///   moves before it stay done, and `items` still says where every buffer is.
   template <class Moves>
-    requires std::ranges::input_range<const Moves> &&
+    requires std::ranges::forward_range<const Moves> &&
              requires(std::ranges::range_reference_t<const Moves> m) {
                { m.from } -> std::convertible_to<std::size_t>;
                { m.to } -> std::convertible_to<std::size_t>;
@@ -201,9 +204,20 @@ class placed_allocator {
     MGM_EXPECTS(items.size() == links_.gpu_count(), who + "one list of item buffers per GPU (" +
                                                         std::to_string(links_.gpu_count()) + "), not " +
                                                         std::to_string(items.size()));
-    // The moves played on the lists first (nullptr: a buffer an earlier move brings), so that a
+    // The moves played on the lists first (`arrives`: a buffer an earlier move brings), so that a
     // plan that does not fit the buffers changes nothing.
-    std::vector<std::vector<void*>> after = items;
+    std::vector<std::vector<const void*>> after(items.size());
+    {
+      const std::lock_guard lock{mutex_};
+      std::unordered_set<const void*> seen;
+      for (std::size_t g = 0; g < items.size(); ++g) {
+        for (void* p : items[g]) {
+          MGM_EXPECTS(seen.insert(p).second, who + "a buffer listed twice");
+          after[g].push_back(p);
+        }
+      }
+    }
+    const void* const arrives = &after;  // an address no buffer has
     std::size_t count = 0;
     for (const auto& m : moves) {
       const std::size_t from = m.from;
@@ -214,10 +228,17 @@ class placed_allocator {
                                                      std::to_string(after[from].size()) + " item buffers; a move takes " +
                                                      std::to_string(m.items));
       for (std::size_t k = 0; k < m.items; ++k) {
-        void* p = after[from].back();
-        MGM_EXPECTS(p == nullptr || location_of(p).has_value(), who + "a buffer it did not place");
+        const void* p = after[from].back();
+        if (p != arrives) {
+          const std::lock_guard lock{mutex_};
+          const auto it = live_.find(const_cast<void*>(p));
+          MGM_EXPECTS(it != live_.end(), who + "a buffer it did not place (or no buffer: a null pointer)");
+          MGM_EXPECTS(it->second.bytes == bytes_per_item, who + "a buffer of " + std::to_string(it->second.bytes) +
+                                                               " bytes, not bytes_per_item (" +
+                                                               std::to_string(bytes_per_item) + ")");
+        }
         after[from].pop_back();
-        after[to].push_back(nullptr);
+        after[to].push_back(arrives);
       }
       count += m.items;
     }

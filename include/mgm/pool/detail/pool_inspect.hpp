@@ -367,6 +367,7 @@ struct pool_inspect {
   }
 
   static void report_invalid_free(device_id d, void* ptr, std::size_t bytes) noexcept {
+    note_refused_deallocation();
     try {
       log(log_level::error, "caching_pool on " + describe_device(d) + ": deallocate(" + describe_address(ptr) + ", " +
                                 std::to_string(bytes) +
