@@ -2,11 +2,13 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 
 namespace mgm {
 namespace {
-thread_local std::uint64_t refused = 0;  // trivially destructible: usable until the thread's end
+thread_local std::uint64_t refused = 0;
+thread_local std::string refused_why;
 std::mutex callback_mutex;
 std::shared_ptr<const log_callback> current;  // guarded by callback_mutex
 }  // namespace
@@ -33,6 +35,16 @@ void log(log_level level, std::string_view message) noexcept {
 
 std::uint64_t refused_deallocations() noexcept { return refused; }
 
-void note_refused_deallocation() noexcept { ++refused; }
+std::string_view last_refused_deallocation() noexcept { return refused_why; }
+
+void report_refused_deallocation(std::string_view why) noexcept {
+  ++refused;
+  try {
+    refused_why.assign(why);
+  } catch (...) {
+    refused_why.clear();
+  }
+  log(log_level::error, why);
+}
 
 }  // namespace mgm

@@ -27,9 +27,23 @@ void log(log_level level, std::string_view message) noexcept;
 /// @brief How many deallocations the calling thread made that were refused: a `noexcept`
 /// deallocate given a pointer its allocator did not hand out (a double free, a foreign pointer,
 /// a device with no pool) changes nothing, logs why, and counts here. A caller that must know
-/// whether one free was refused compares the count before and after it.
+/// whether one free was refused compares the count before and after it, and reads why in
+/// `last_refused_deallocation()`.
 [[nodiscard]] std::uint64_t refused_deallocations() noexcept;
-/// @brief Counts one refused deallocation of the calling thread (for the allocators that refuse).
-void note_refused_deallocation() noexcept;
+/// @brief Why the calling thread's last refused deallocation was refused ("" before any).
+[[nodiscard]] std::string_view last_refused_deallocation() noexcept;
+/// @brief For the allocators that refuse: counts one refused deallocation of the calling thread,
+/// keeps `why` as its `last_refused_deallocation()` and logs it as an error.
+void report_refused_deallocation(std::string_view why) noexcept;
+/// @brief `report_refused_deallocation(describe())`, where building the text may throw (then a
+/// shorter one is reported).
+template <class Describe>
+void refuse_deallocation(Describe&& describe) noexcept {
+  try {
+    report_refused_deallocation(describe());
+  } catch (...) {
+    report_refused_deallocation("a deallocation was refused (no host memory to say which)");
+  }
+}
 
 }  // namespace mgm

@@ -83,13 +83,10 @@ class pool_backend final : public backend {
   void deallocate(int device, void* p, std::size_t bytes, mgm::stream_ref s) noexcept override {
     if (exported_.load(std::memory_order_relaxed) != 0) [[unlikely]] (void)unexport(p);  // a free ends its export
     if (!pools_.has_pool(mgm::device_id{device})) {  // nothing was allocated there: never make a pool to free
-      mgm::note_refused_deallocation();
-      try {
-        mgm::log(mgm::log_level::error, "mgm_free_async(" + mgm::detail::describe_address(p) + ", " + std::to_string(bytes) +
-                                            ", device " + std::to_string(device) +
-                                            "): that device's pool has handed out nothing; nothing was changed");
-      } catch (...) {
-      }
+      mgm::refuse_deallocation([&] {
+        return "mgm_free_async(" + mgm::detail::describe_address(p) + ", " + std::to_string(bytes) + ", device " +
+               std::to_string(device) + "): that device's pool has handed out nothing; nothing was changed";
+      });
       return;
     }
     auto& pool = pools_.pool(mgm::device_id{device});

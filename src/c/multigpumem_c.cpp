@@ -39,8 +39,6 @@
 namespace {
 thread_local std::string t_error;
 thread_local bool t_error_lost = false;  // the last error's text could not be stored
-// While this thread frees: where the first error the library logs goes (a refused free's reason).
-thread_local std::string* t_free_refusal = nullptr;
 }  // namespace
 
 void mgm::c_abi::set_error(std::string_view a, std::string_view b, std::string_view c) noexcept {
@@ -113,9 +111,8 @@ void to_stderr(int level, const char* message, void* /*user*/) {
 void install(log_sink sink) {
   mgm::set_log_callback([sink](mgm::log_level level, std::string_view message) {
     const int l = to_c_level(level);
-    std::string text{message};
-    if (l == MGM_LOG_ERROR && t_free_refusal != nullptr && t_free_refusal->empty()) *t_free_refusal = text;
     if (l < sink.min_level) return;
+    const std::string text{message};  // NUL-terminated for C
     (sink.fn != nullptr ? sink.fn : to_stderr)(l, text.c_str(), sink.user);
   });
 }
@@ -413,17 +410,11 @@ MGM_C_API void mgm_free_async(void* ptr, size_t size, int device, void* stream) 
     return;
   }
   // The pool refuses a pointer it did not hand out (its free cannot fail otherwise): it counts the
-  // refusal and logs why. Only a counted refusal is one: other errors logged during a free (a
-  // block freed mid-capture kept reserved, say) come from frees that happened. The first error
-  // logged meanwhile on this thread says why.
-  std::string why;
+  // refusal, with why, and logs it. Other errors logged during a free (a block freed mid-capture
+  // kept reserved, say) come from frees that happened.
   const std::uint64_t refused = mgm::refused_deallocations();
-  t_free_refusal = &why;
   s->pools->deallocate(device, ptr, size, mgm::stream_ref{static_cast<cudaStream_t>(stream)});
-  t_free_refusal = nullptr;
-  if (mgm::refused_deallocations() != refused) {
-    set_error("mgm_free_async: ", why.empty() ? "the pool did not hand out this pointer; nothing was changed" : why);
-  }
+  if (mgm::refused_deallocations() != refused) set_error("mgm_free_async: ", mgm::last_refused_deallocation());
 }
 
 MGM_C_API int mgm_forget_stream(int device, void* stream) {

@@ -401,6 +401,7 @@ TEST_CASE("pool: bad input is reported and changes nothing", "[pool]") {
   REQUIRE(mgm::refused_deallocations() == refused + 1);  // a good free is not
   s.pool.deallocate(p, 4096);  // a double free
   REQUIRE(mgm::refused_deallocations() == refused + 2);
+  REQUIRE(std::string{mgm::last_refused_deallocation()}.find("not a live allocation of this pool") != std::string::npos);
   REQUIRE(log.messages.size() == 2);
   REQUIRE(log.messages[1].find("not a live allocation of this pool") != std::string::npos);
   REQUIRE(s.pool->statistics().allocated_bytes.current == 0);

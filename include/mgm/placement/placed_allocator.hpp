@@ -114,8 +114,7 @@ class placed_allocator {
     const std::lock_guard lock{mutex_};
     const auto it = live_.find(p);
     if (it == live_.end()) {
-      note_refused_deallocation();
-      log(log_level::error, "placed_allocator: deallocate of a pointer it did not place; nothing was changed");
+      report_refused_deallocation("placed_allocator: deallocate of a pointer it did not place; nothing was changed");
       return;
     }
     release(it->second, p, bytes);
@@ -168,11 +167,7 @@ class placed_allocator {
       return p;
     }
     void* fresh = move_to(p, to, stream);
-    if (fresh == nullptr) {
-      throw out_of_memory{"placed_allocator::migrate: GPU" + std::to_string(to.value()) + " has no room for " +
-                              mgm::detail::describe_bytes(e.bytes) + " above its reserve",
-                          e.bytes};
-    }
+    if (fresh == nullptr) throw_no_room("placed_allocator::migrate", to, e.bytes);
     ++stats_.migrations;
     return fresh;
   }
@@ -319,16 +314,18 @@ class placed_allocator {
     return fresh;
   }
 
+  [[noreturn]] static void throw_no_room(const char* who, device_id to, std::size_t bytes) {
+    throw out_of_memory{std::string{who} + ": GPU" + std::to_string(to.value()) + " has no room for " +
+                            mgm::detail::describe_bytes(bytes) + " above its reserve",
+                        bytes};
+  }
+
   // A buffer read by `to`, on `to` above its reserve (never spilled elsewhere).
   void* allocate_on(device_id to, std::size_t bytes) {
     const std::lock_guard lock{mutex_};
     ++stats_.allocations;
     void* p = allocate_within_reserve(to, bytes);
-    if (p == nullptr) {
-      throw out_of_memory{"placed_allocator: GPU" + std::to_string(to.value()) + " has no room for " +
-                              mgm::detail::describe_bytes(bytes) + " above its reserve",
-                          bytes};
-    }
+    if (p == nullptr) throw_no_room("placed_allocator::apply_moves", to, bytes);
     try {
       live_.emplace(p, placed{{to, links_.gpu(to).numa_node}, to, bytes});
     } catch (...) {

@@ -76,9 +76,9 @@ class multi_device_pool {
   }
   void deallocate(device_id d, void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept {
     if (!has_pool(d)) {
-      note_refused_deallocation();
-      log(log_level::error, "multi_device_pool: deallocate on device " + std::to_string(d.value()) +
-                                " which has no pool; nothing was changed");
+      refuse_deallocation([&] {
+        return "multi_device_pool: deallocate on device " + std::to_string(d.value()) + " which has no pool; nothing was changed";
+      });
       return;
     }
     pool(d).deallocate_async(p, bytes, alignment, stream);

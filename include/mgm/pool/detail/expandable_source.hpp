@@ -192,9 +192,8 @@ class expandable_source {
       (void)lock, (void)upstream, (void)space, (void)slot, (void)size, (void)small, (void)budget, (void)minimal, (void)huge;
       return nullptr;
     } else {
-      tlsf_index& free_ranges = huge ? slot.unmapped_huge : slot.unmapped_index(small);
-      block* u = free_ranges.find(size);
-      if (u == nullptr) u = free_ranges.scan(size);
+      tlsf_index& free_ranges = unmapped_ranges(slot, small, huge);
+      block* u = unmapped_fit(free_ranges, size);
       if (u == nullptr) {
         std::size_t whole = size;
         (void)round_up(whole, granule_, whole);
@@ -566,6 +565,16 @@ class expandable_source {
     return {seg.base + first * granule_, seg.base + g * granule_};
   }
 
+  /// The slot's unmapped ranges of a size class.
+  static tlsf_index& unmapped_ranges(stream_slot& slot, bool small, bool huge) noexcept {
+    return huge ? slot.unmapped_huge : slot.unmapped_index(small);
+  }
+  /// An unmapped range of `ranges` with room for `size` bytes, or nullptr.
+  static block* unmapped_fit(tlsf_index& ranges, std::size_t size) noexcept {
+    block* u = ranges.find(size);
+    return u != nullptr ? u : ranges.scan(size);
+  }
+
   /// A failed growth gives its range back: to the slot that owns the segment now (a forgotten
   /// stream's segments move while the lock is released), merged with any neighbour that another
   /// thread unmapped meanwhile (left apart, two halves would never serve a request that needs both).
@@ -605,23 +614,22 @@ class expandable_source {
         throw;
       }
       lock.lock();
-      // Another thread's miss on this stream and class may have reserved a range meanwhile that
-      // serves this request too: one is enough (each is the device's memory and an eighth).
-      tlsf_index& ranges = huge ? slot.unmapped_huge : slot.unmapped_index(small);
-      if (ranges.find(size) != nullptr || ranges.scan(size) != nullptr) {
+      const auto give_back = [&]() noexcept {
         lock.unlock();
         vmm_.unreserve(va, bytes);
         lock.lock();
         space.arena.recycle(head);
+      };
+      // Another thread's miss on this stream and class may have reserved a range meanwhile that
+      // serves this request too: one is enough (each is the device's memory and an eighth).
+      if (unmapped_fit(unmapped_ranges(slot, small, huge), size) != nullptr) {
+        give_back();
         return true;
       }
       try {
         segments_.reserve(segments_.size() + 1);
       } catch (...) {  // a host out of memory: the range goes back, nothing else changed
-        lock.unlock();
-        vmm_.unreserve(va, bytes);
-        lock.lock();
-        space.arena.recycle(head);
+        give_back();
         throw;
       }
       address_space_refused_ = false;

@@ -367,14 +367,12 @@ struct pool_inspect {
   }
 
   static void report_invalid_free(device_id d, void* ptr, std::size_t bytes) noexcept {
-    note_refused_deallocation();
-    try {
-      log(log_level::error, "caching_pool on " + describe_device(d) + ": deallocate(" + describe_address(ptr) + ", " +
-                                std::to_string(bytes) +
-                                ") of a pointer that is not a live allocation of this pool (never allocated here, "
-                                "or already freed); nothing was changed");
-    } catch (...) {
-    }
+    refuse_deallocation([&] {
+      return "caching_pool on " + describe_device(d) + ": deallocate(" + describe_address(ptr) + ", " +
+             std::to_string(bytes) +
+             ") of a pointer that is not a live allocation of this pool (never allocated here, or already freed); "
+             "nothing was changed";
+    });
   }
 };
 
