@@ -111,7 +111,7 @@ else()
 endif()
 mgm_layer(
   trace
-  SOURCES src/trace/cub_device_target.cpp src/trace/cub_target.cpp src/trace/replay.cpp src/trace/replay_device.cpp
+  SOURCES src/trace/cub_device_target.cpp src/trace/cub_target.cpp src/trace/growth_bound.cpp src/trace/replay.cpp src/trace/replay_device.cpp
           src/trace/replay_parallel.cpp src/trace/targets.cpp src/trace/trace_reader.cpp
   DEPS core allocators sim pool adaptors)
 target_include_directories(mgm_trace SYSTEM PRIVATE ${MGM_NLOHMANN_JSON_INCLUDE})

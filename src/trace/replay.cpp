@@ -148,6 +148,9 @@ replay_result replay_on_sim(const compiled_trace& t, std::string_view allocator,
     ms.after_first_iteration = later.total_seconds();
     r.peak_reserved_bytes = s.machine.memory(d).peak_used_bytes;
     ms.floor = floor_seconds(o.costs, c, r.peak_reserved_bytes);
+    if (c.count(driver_call::create) > 0) {
+      ms.least_under_memory_limit = least_growth_driver_time(t, o.costs, o.memory_limit, o.pool.large_direct_bytes);
+    }
     r.modelled_driver_seconds = ms;
     r.modelled_upstream_seconds = ms.total;
     const double events = static_cast<double>(r.events) * o.iterations;
@@ -167,6 +170,11 @@ nlohmann::json driver_kinds_json(const auto& values) {
   nlohmann::json o = nlohmann::json::object();
   for (std::size_t k = 0; k < sim::driver_call_kinds; ++k) o[std::string{sim::name(static_cast<sim::driver_call>(k))}] = values[k];
   return o;
+}
+
+nlohmann::json to_json_value(const growth_point& p) {
+  return {{"growths", p.growths},          {"range_bytes", p.range_bytes}, {"reserved_bytes", p.reserved_bytes},
+          {"seconds", p.seconds},          {"floor", p.floor_seconds},     {"over_floor", p.over_floor()}};
 }
 
 nlohmann::json to_json_value(const replay_result& r) {
@@ -199,6 +207,11 @@ nlohmann::json to_json_value(const replay_result& r) {
                                     {"total", r.modelled_driver_seconds->total},
                                     {"after_first_iteration", r.modelled_driver_seconds->after_first_iteration},
                                     {"floor", r.modelled_driver_seconds->floor}};
+    if (const auto& b = r.modelled_driver_seconds->least_under_memory_limit) {
+      j["modelled_driver_seconds"]["least_under_memory_limit"] = {{"ratio", b->ratio},
+                                                                  {"least_seconds", to_json_value(b->least_seconds)},
+                                                                  {"least_over_floor", to_json_value(b->least_over_floor)}};
+    }
   }
   if (r.modelled_upstream_seconds) j["modelled_upstream_seconds"] = *r.modelled_upstream_seconds;  // deprecated
   if (r.measured_upstream_seconds) j["measured_upstream_seconds"] = *r.measured_upstream_seconds;

@@ -51,6 +51,7 @@ void add_replay(CLI::App& app, context& ctx) {
     bool fit{false};
     std::string cost_model{"typical"};
     bool judge{false};
+    double memory_limit{1.05};
   };
   auto o = std::make_shared<options>();
   cmd->add_option("traces", o->traces, "RMM-format CSV traces (logging_resource_adaptor)")->required();
@@ -65,6 +66,10 @@ void add_replay(CLI::App& app, context& ctx) {
   cmd->add_option("--cost-model", o->cost_model,
                   "Modelled driver costs (research/driver-costs.md §3): typical (also 'default'), low, high, or none")
       ->check(CLI::IsMember({"typical", "default", "low", "high", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--memory-limit", o->memory_limit,
+                  "The reserved / live limit of the least driver time a growing allocator could take (LEAST s)")
+      ->check(CLI::Range(1.0, 100.0))
       ->capture_default_str();
   cmd->add_flag("--judge", o->judge,
                 "Judge every hand-out on the simulator (stream safety, graphs, virtual memory); counts hazards. "
@@ -134,6 +139,7 @@ void add_replay(CLI::App& app, context& ctx) {
     ro.iterations = o->iterations;
     ro.fit = o->fit;
     ro.judge = o->judge;
+    ro.memory_limit = o->memory_limit;
     try {
       ro.pool = mgm::pool_options::from_env();  // MGM_ALLOC_CONF, as the pool reads it in a program
     } catch (const std::exception& e) {
@@ -188,9 +194,9 @@ void add_replay(CLI::App& app, context& ctx) {
                 o->iterations, o->iterations == 1 ? "" : "s", o->devices, o->devices == 1 ? "" : "s",
                 (", driver costs modelled '" + (o->cost_model == "default" ? std::string{"typical"} : o->cost_model) + "'" +
                  (o->judge ? ", judged" : "")).c_str());
-    std::printf("%-28s %-7s %3s %9s %12s %10s %9s %8s %8s %10s %14s %10s%s\n", "TRACE", "ALLOC", "DEV", "EVENTS", "HOST ns/EVENT",
-                "PEAK LIVE", "RES/LIVE", "FIT", "ALLOCS", "AFTER 1ST", on_gpu ? "DRIVER s" : "MODELLED s", "FLOOR s",
-                o->judge ? "  HAZARDS" : "");
+    std::printf("%-28s %-7s %3s %9s %12s %10s %9s %8s %8s %10s %14s %10s %16s%s\n", "TRACE", "ALLOC", "DEV", "EVENTS",
+                "HOST ns/EVENT", "PEAK LIVE", "RES/LIVE", "FIT", "ALLOCS", "AFTER 1ST", on_gpu ? "DRIVER s" : "MODELLED s",
+                "FLOOR s", "LEAST s (xFLOOR)", o->judge ? "  HAZARDS" : "");
     for (const auto& run : runs) {
       for (const auto& r : run.per_device) {
         const std::string fit = r.fit ? fixed(r.fit->over_peak_live, 3) : "--";
@@ -198,12 +204,17 @@ void add_replay(CLI::App& app, context& ctx) {
                                                         : r.measured_upstream_seconds;
         const std::string floor = r.modelled_driver_seconds ? fixed(r.modelled_driver_seconds->floor, 4) : "--";
         const std::string hazards = r.hazards ? "  " + std::to_string(*r.hazards) : "";
-        std::printf("%-28.28s %-7s %3d %9zu %12.1f %10s %9.3f %8s %8llu %10llu %14s %10s%s\n", r.trace.c_str(),
+        std::string least = "--";
+        if (r.modelled_driver_seconds && r.modelled_driver_seconds->least_under_memory_limit) {
+          const auto& b = *r.modelled_driver_seconds->least_under_memory_limit;
+          least = fixed(b.least_seconds.seconds, 4) + " (" + fixed(b.least_over_floor.over_floor(), 3) + ")";
+        }
+        std::printf("%-28.28s %-7s %3d %9zu %12.1f %10s %9.3f %8s %8llu %10llu %14s %10s %16s%s\n", r.trace.c_str(),
                     r.allocator.c_str(), r.device, r.events, r.host_ns_per_event,
                     mgm::format_bytes(r.peak_live_bytes).c_str(), r.reserved_over_live, fit.c_str(),
                     static_cast<unsigned long long>(r.upstream_allocations),
                     static_cast<unsigned long long>(r.upstream_calls_after_first_iteration),
-                    upstream ? fixed(*upstream, 4).c_str() : "--", floor.c_str(), hazards.c_str());
+                    upstream ? fixed(*upstream, 4).c_str() : "--", floor.c_str(), least.c_str(), hazards.c_str());
       }
     }
     if (o->devices > 1) {
@@ -220,7 +231,10 @@ void add_replay(CLI::App& app, context& ctx) {
                 "over peak requested bytes. FIT: smallest capacity that runs it, over peak live. ALLOCS: cudaMalloc + "
                 "cuMemCreate calls. AFTER 1ST: driver calls that obtain, map or free memory after the first iteration. "
                 "MODELLED s: every driver call priced by the cost model (events and virtual-memory calls included). "
-                "FLOOR s: the model's price of obtaining the peak reserved bytes once.\n");
+                "FLOOR s: the model's price of obtaining the peak reserved bytes once. LEAST s: for an allocator that "
+                "grew virtual ranges, the least any such allocator could take while reserved stays within --memory-limit "
+                "x peak live after each growth (perfect packing; include/mgm/trace/growth_bound.hpp), and in brackets "
+                "the least any such allocator could take over its own floor.\n");
   });
 }
 

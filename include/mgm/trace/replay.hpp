@@ -6,6 +6,7 @@
 #include <mgm/device.hpp>
 #include <mgm/pool/pool_options.hpp>
 #include <mgm/sim/cost_model.hpp>
+#include <mgm/trace/growth_bound.hpp>
 #include <mgm/trace/trace.hpp>
 
 #include <array>
@@ -36,6 +37,9 @@ struct modelled_driver_seconds {
   /// allocation of its kind: one cudaMalloc, or (an allocator that mapped virtual memory)
   /// reserve + create + map + set_access of one handle, on a device that never held memory.
   double floor{0.0};
+  /// @brief For an allocator that grew virtual ranges: the least any such allocator could take on
+  /// this trace under `replay_options::memory_limit` (`least_growth_driver_time`).
+  std::optional<growth_bound> least_under_memory_limit;
 };
 
 /// @brief One allocator's replay of one trace on one device (DESIGN.md §7; `mgm replay --json`).
@@ -88,6 +92,9 @@ struct replay_options {
   /// @brief Wrap the allocator in `sim::judged` (hazards are counted in `replay_result::hazards`,
   /// not thrown). On by default; `mgm replay` and the benchmarks switch it on with `--judge`.
   bool judge{true};
+  /// @brief The reserved / live limit of `modelled_driver_seconds::least_under_memory_limit`
+  /// (issue 17's hard memory target).
+  double memory_limit{1.05};
 };
 
 /// @brief The allocators a trace can be replayed through on the simulator: `pool` (our caching

@@ -94,6 +94,12 @@ struct mapping_policy {
   /// 1.005 of its bound. Bounding the loss (the request at most 1/16 of the mapped bytes) leaves
   /// ResNet-32's first 17 growths, its 171 MiB ones, unbet. Without the bound by the capacity,
   /// U-Net's fit was 1.0112.
+  /// Why no policy meets ResNet-32's bound under the memory target: `least_growth_driver_time`
+  /// (include/mgm/trace/growth_bound.hpp; `mgm replay`'s LEAST s) gives the least any allocator
+  /// that grows ranges can take while reserved stays within 1.05 x peak live after each growth,
+  /// packing perfectly: 37 growths and 1.107 x its own floor, above the 1.1 the bound allows;
+  /// within 1.0324 (the pool's reserved / live there), 47 growths to the pool's 48. It falls under
+  /// 1.1 only from about 1.06 (34 growths, 1.099).
   [[nodiscard]] std::size_t ahead_bytes(std::size_t cap, std::size_t avail, std::size_t mapped, std::size_t free,
                                         std::size_t size) const noexcept {
     constexpr std::size_t map_ahead_share = 32;
