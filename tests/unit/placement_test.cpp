@@ -1,6 +1,8 @@
 // Placement: the ranking over real topologies, peer access within CUDA's limit, and the placed
 // allocator on the simulated machines.
 #include <mgm/partition/partitioner.hpp>
+#include <mgm/partition/rebalance_driver.hpp>
+#include <mgm/partition/rebalancer.hpp>
 #include <mgm/placement/peer_access.hpp>
 #include <mgm/placement/placed_allocator.hpp>
 #include <mgm/sim/judged.hpp>
@@ -258,7 +260,8 @@ TEST_CASE("placed_allocator::apply_moves: a rebalancer's plan over the job's buf
     }
   }
   // Refused before anything moves: the wrong number of lists, too few buffers on a sender (also
-  // counting what an earlier move brings it), a buffer it did not place, a move to itself.
+  // counting what an earlier move brings it), a buffer it did not place, a move to itself that
+  // is not a rebuild (from_lost).
   const auto copy = items;
   std::vector<std::vector<void*>> seven(7);
   REQUIRE_THROWS_AS(placed.apply_moves(moves{move(0, 1, 1)}, seven, bytes), mgm::logic_error);
@@ -301,15 +304,146 @@ TEST_CASE("placed_allocator::apply_moves: a rebalancer's plan over the job's buf
   REQUIRE(m.peers().copies().peer == 4);
   REQUIRE(m.peers().copies().staged == 0);
   for (const auto& b : moved) REQUIRE_FALSE(placed.location_of(b.from_ptr));
-  // A receiver without room: out_of_memory, the moves before it done, the lists still true.
+  // A receiver without room for the second of two: out_of_memory and nothing moved (a driver
+  // that keeps its plan then still matches the buffers); the first one's new memory given back.
   m.hold_foreign(device_id{7}, 1, "tenant", m.memory(device_id{7}).free_bytes - reserve - bytes - MiB);
+  const auto before = items;
+  const auto used7 = m.memory(device_id{7}).used_bytes;
   REQUIRE_THROWS_AS(placed.apply_moves(moves{move(4, 7, 2)}, items, bytes), mgm::out_of_memory);
-  REQUIRE(items[7].size() == 1);
-  REQUIRE(items[4].size() == 1);
+  REQUIRE(items == before);
+  REQUIRE(static_cast<unsigned char*>(items[4][0])[bytes - 1] == 0x10 + 3);
   REQUIRE(m.memory(device_id{7}).free_bytes >= reserve);
+  placed.release_all();
+  REQUIRE(m.memory(device_id{7}).used_bytes <= used7);
+  REQUIRE(placed.statistics().migrations == 4);
+  // The same through two moves: the second receiver's lack undoes the first's (GPU4 keeps both).
+  REQUIRE_THROWS_AS(placed.apply_moves(moves{move(4, 3, 1), move(4, 7, 1), move(0, 7, 1)}, items, bytes),
+                    mgm::out_of_memory);
+  REQUIRE(items == before);
+  // A GPU that came back without its data rebuilds in place (a move to itself, from_lost): the
+  // first k buffers of its list afresh, and a move from it after that takes the others.
+  const void* first2 = items[2][0];
+  const void* second2 = items[2][1];
+  const auto rebuilt = placed.apply_moves(moves{move(2, 2, 1, true), move(2, 3, 1, true)}, items, bytes);
+  REQUIRE(rebuilt.size() == 2);
+  REQUIRE(rebuilt[0].from_ptr == first2);
+  REQUIRE(rebuilt[1].from_ptr == second2);
+  REQUIRE(items[2].size() == 1);
+  REQUIRE(items[2][0] != first2);
+  REQUIRE(items[3].size() == 1);
+  REQUIRE(placed.location_of(items[2][0])->device == device_id{2});
+  REQUIRE_FALSE(placed.location_of(first2));
+  REQUIRE(placed.statistics().migrations == 4);  // rebuilt, not copied
   for (std::size_t g = 0; g < 8; ++g) {
     for (void* p : items[g]) REQUIRE(placed.location_of(p)->device == device_id{static_cast<int>(g)});
     for (void* p : items[g]) placed.deallocate(p, bytes);
+  }
+}
+
+// The README's wiring: a rebalance_driver whose callback carries out each decision with
+// apply_moves. The plan it keeps must always be where the buffers are.
+TEST_CASE("rebalance_driver with apply_moves: a GPU rebuilt in place, and a receiver short of room, keep plan and buffers together",
+          "[placement][rebalancer]") {
+  constexpr std::size_t bpi = 64 * MiB;
+  mgm::pool_options plain;
+  plain.expandable_segments = false;
+  const auto matches = [](const mgm::rebalance_driver& d, const std::vector<std::vector<void*>>& held) {
+    for (std::size_t g = 0; g < held.size(); ++g) {
+      if (d.plan().counts[g] != held[g].size()) return false;
+    }
+    return true;
+  };
+  SECTION("a GPU lost with no room elsewhere comes back and its items are rebuilt on it") {
+    auto m = mgm::sim::machine::from_string("3x16GiB");
+    mgm::placed_allocator placed{m.links(), [&](device_id d) { return m.allocator(d); },
+                                 [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers(),
+                                 std::vector<std::size_t>(3, GiB), mgm::placement_options{}, plain};
+    mgm::partition_request job;
+    job.items = 30;
+    job.bytes_per_item = bpi;
+    for (int d = 0; d < 3; ++d) {
+      mgm::partition_device pd;
+      pd.free_bytes = 10 * bpi + GiB;
+      pd.reserve_bytes = GiB;
+      job.devices.push_back(pd);
+    }
+    mgm::rebalancer_options o;
+    o.readings_include_items = false;
+    mgm::rebalancer r{job, o, m.links()};
+    std::vector<std::vector<void*>> held(3);
+    for (int d = 0; d < 3; ++d) {
+      for (std::size_t k = 0; k < r.plan().counts[static_cast<std::size_t>(d)]; ++k) {
+        held[static_cast<std::size_t>(d)].push_back(placed.allocate(device_id{d}, bpi));
+      }
+    }
+    std::vector<mgm::gpu_reading> rd(3, mgm::gpu_reading{true, 10 * bpi + GiB, std::nullopt});
+    int turn = 0;
+    std::size_t rebuilt = 0;
+    mgm::rebalance_driver drv{r,
+                              [&] {
+                                ++turn;
+                                auto x = rd;
+                                if (turn == 1) x[2].present = false;  // gone, and nowhere has room for its 10
+                                return x;
+                              },
+                              std::chrono::milliseconds{1},
+                              [&](const mgm::rebalance_decision& d) { rebuilt += placed.apply_moves(d.plan.moves, held, bpi).size(); },
+                              {}, false};
+    for (int i = 0; i < 4; ++i) {
+      const auto e = drv.turn();
+      INFO("turn " << i + 1 << ": " << e.message);
+      REQUIRE(e.what != mgm::rebalance_event::kind::callback_failed);
+      REQUIRE(matches(drv, held));
+    }
+    REQUIRE(drv.errors() == 0);
+    REQUIRE(rebuilt == 10);  // GPU2's, afresh on GPU2
+    for (void* p : held[2]) REQUIRE(placed.location_of(p)->device == device_id{2});
+    for (std::size_t g = 0; g < 3; ++g) {
+      for (void* p : held[g]) placed.deallocate(p, bpi);
+    }
+  }
+  SECTION("a receiver whose reading is stale has no room: nothing moves, and the plan stays") {
+    auto m = mgm::sim::machine::from_string("2x16GiB");
+    mgm::placed_allocator placed{m.links(), [&](device_id d) { return m.allocator(d); },
+                                 [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers(),
+                                 std::vector<std::size_t>(2, GiB), mgm::placement_options{}, plain};
+    mgm::partition_request job;
+    job.items = 20;
+    job.bytes_per_item = bpi;
+    for (int d = 0; d < 2; ++d) {
+      mgm::partition_device pd;
+      pd.free_bytes = 10 * GiB;
+      pd.reserve_bytes = GiB;
+      job.devices.push_back(pd);
+    }
+    mgm::rebalancer_options o;
+    o.readings_include_items = false;
+    o.hold_steps = 1;
+    mgm::rebalancer r{job, o, m.links()};
+    std::vector<std::vector<void*>> held(2);
+    for (int d = 0; d < 2; ++d) {
+      for (std::size_t k = 0; k < r.plan().counts[static_cast<std::size_t>(d)]; ++k) {
+        held[static_cast<std::size_t>(d)].push_back(placed.allocate(device_id{d}, bpi));
+      }
+    }
+    // GPU0 has room for 3 more items above its reserve; its (stale) reading says 10 GiB. GPU1's
+    // says it can keep 2: 8 of its 10 must go, and GPU0 runs out at the fourth.
+    m.hold_foreign(device_id{0}, 9, "other", m.memory(device_id{0}).free_bytes - GiB - 3 * bpi - bpi / 2);
+    const std::vector<mgm::gpu_reading> rd{{true, 10 * GiB, std::nullopt}, {true, 2 * bpi + GiB, std::nullopt}};
+    mgm::rebalance_driver drv{r, [&] { return rd; }, std::chrono::milliseconds{1},
+                              [&](const mgm::rebalance_decision& d) { (void)placed.apply_moves(d.plan.moves, held, bpi); },
+                              {}, false};
+    for (int i = 0; i < 3; ++i) {
+      const auto e = drv.turn();
+      INFO("turn " << i + 1 << ": " << e.message);
+      REQUIRE(matches(drv, held));
+    }
+    REQUIRE(drv.errors() >= 1);  // the callback failed: out of memory, said
+    REQUIRE(held[0].size() == 10);
+    REQUIRE(placed.statistics().migrations == 0);
+    for (std::size_t g = 0; g < 2; ++g) {
+      for (void* p : held[g]) placed.deallocate(p, bpi);
+    }
   }
 }
 

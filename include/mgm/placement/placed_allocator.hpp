@@ -179,12 +179,22 @@ class placed_allocator {
   /// `migrate` moves one (peer to peer where the pair allows it, else staged through host memory;
   /// on CUDA `cudaMemcpyPeerAsync` on `stream`, on the simulator `memcpy`), or, for a move
   /// `from_lost`, allocated afresh on `to` with the old buffer forgotten (its data went with its
-  /// GPU: the caller rebuilds it). Returns the buffers moved, in order.
+  /// GPU: the caller rebuilds it). A move from a GPU to itself, `from_lost` (a GPU that came back
+  /// without its data, `rebalancer`'s "rebuilt"), allocates afresh the *first* k buffers of the
+  /// list, in place, so that moves from that GPU after it take the others. Returns the buffers
+  /// moved, in order.
+  ///
+  /// All or nothing for memory: every new buffer is allocated before anything is copied or freed
+  /// (the receivers hold them beside the senders' copies, as the rebalancer counts them), so a
+  /// receiver without room changes nothing: a `rebalance_driver` that keeps its previous plan then
+  /// still matches the buffers. The lock is held throughout: other allocations wait for it.
   /// The buffers are the caller's: none of them may be freed or moved by another thread meanwhile.
   /// @throws mgm::logic_error, before anything moves, when `items` does not fit the moves (one list
   ///   per GPU, enough buffers on every sender, each a distinct live buffer it placed, of
-  ///   `bytes_per_item`); mgm::out_of_memory when a receiver has no room above its reserve: the
-  ///   moves before it stay done, and `items` still says where every buffer is.
+  ///   `bytes_per_item`; a move to the same GPU only `from_lost`); mgm::out_of_memory when a
+  ///   receiver has no room above its reserve: nothing changed. A copy that fails (a device
+  ///   error) is rethrown with the moves before it done and the rest not begun; `items` still says
+  ///   where every buffer is.
   template <class Moves>
     requires std::ranges::forward_range<const Moves> &&
              requires(std::ranges::range_reference_t<const Moves> m) {
@@ -196,14 +206,14 @@ class placed_allocator {
   std::vector<moved_buffer> apply_moves(const Moves& moves, std::vector<std::vector<void*>>& items, std::size_t bytes_per_item,
                                         stream_ref stream = {}) {
     const std::string who = "placed_allocator::apply_moves: ";
+    const std::lock_guard lock{mutex_};
     MGM_EXPECTS(items.size() == links_.gpu_count(), who + "one list of item buffers per GPU (" +
                                                         std::to_string(links_.gpu_count()) + "), not " +
                                                         std::to_string(items.size()));
-    // The moves played on the lists first (`arrives`: a buffer an earlier move brings), so that a
-    // plan that does not fit the buffers changes nothing.
+    // The moves played on the lists first (`arrives`: a buffer a move brings or makes), so that a
+    // plan that does not fit the buffers changes nothing; each step names the buffer it takes.
     std::vector<std::vector<const void*>> after(items.size());
     {
-      const std::lock_guard lock{mutex_};
       std::unordered_set<const void*> seen;
       for (std::size_t g = 0; g < items.size(); ++g) {
         for (void* p : items[g]) {
@@ -213,50 +223,112 @@ class placed_allocator {
       }
     }
     const void* const arrives = &after;  // an address no buffer has
-    std::size_t count = 0;
+    struct step {
+      std::size_t from, to, index;  // index into items[from] (in place), or the back when moving
+      bool lost, in_place;
+    };
+    std::vector<step> steps;
+    const auto check = [&](const void* p) {
+      if (p == arrives) return;
+      const auto it = live_.find(const_cast<void*>(p));
+      MGM_EXPECTS(it != live_.end(), who + "a buffer it did not place (or no buffer: a null pointer)");
+      MGM_EXPECTS(it->second.bytes == bytes_per_item, who + "a buffer of " + std::to_string(it->second.bytes) +
+                                                           " bytes, not bytes_per_item (" + std::to_string(bytes_per_item) + ")");
+    };
     for (const auto& m : moves) {
       const std::size_t from = m.from;
       const std::size_t to = m.to;
-      MGM_EXPECTS(from < after.size() && to < after.size() && from != to,
-                  who + "a move from GPU" + std::to_string(from) + " to GPU" + std::to_string(to));
+      const bool lost = m.from_lost;
+      MGM_EXPECTS(from < after.size() && to < after.size() && (from != to || lost),
+                  who + "a move from GPU" + std::to_string(from) + " to GPU" + std::to_string(to) +
+                      (from == to ? " (only a GPU that lost its data rebuilds on itself)" : ""));
       MGM_EXPECTS(after[from].size() >= m.items, who + "GPU" + std::to_string(from) + " holds " +
                                                      std::to_string(after[from].size()) + " item buffers; a move takes " +
                                                      std::to_string(m.items));
       for (std::size_t k = 0; k < m.items; ++k) {
-        const void* p = after[from].back();
-        if (p != arrives) {
-          const std::lock_guard lock{mutex_};
-          const auto it = live_.find(const_cast<void*>(p));
-          MGM_EXPECTS(it != live_.end(), who + "a buffer it did not place (or no buffer: a null pointer)");
-          MGM_EXPECTS(it->second.bytes == bytes_per_item, who + "a buffer of " + std::to_string(it->second.bytes) +
-                                                               " bytes, not bytes_per_item (" +
-                                                               std::to_string(bytes_per_item) + ")");
-        }
-        after[from].pop_back();
-        after[to].push_back(arrives);
-      }
-      count += m.items;
-    }
-    std::vector<moved_buffer> moved;
-    moved.reserve(count);
-    for (auto& list : items) list.reserve(list.size() + count);  // the pushes below cannot throw
-    for (const auto& m : moves) {
-      const device_id to{static_cast<int>(m.to)};
-      auto& from = items[m.from];
-      for (std::size_t k = 0; k < m.items; ++k) {
-        void* p = from.back();
-        const memory_location where = *location_of(p);
-        void* fresh = nullptr;
-        if (m.from_lost) {
-          fresh = allocate_on(to, bytes_per_item);
-          deallocate(p, bytes_per_item);
+        if (from == to) {
+          check(after[from][k]);
+          after[from][k] = arrives;
+          steps.push_back({from, to, k, true, true});
         } else {
-          fresh = migrate(p, to, stream);
+          check(after[from].back());
+          after[from].pop_back();
+          after[to].push_back(arrives);
+          steps.push_back({from, to, 0, lost, false});
         }
-        from.pop_back();
-        items[m.to].push_back(fresh);
-        moved.push_back({p, fresh, bytes_per_item, where, to});
       }
+    }
+    // Every new buffer first (nothing copied or freed yet); a receiver without room undoes them.
+    std::vector<void*> fresh(steps.size(), nullptr);
+    {
+      std::vector<std::vector<void*>> lists = items;  // where each step's buffer is, played forward
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        const step& st = steps[i];
+        void* p = st.in_place ? lists[st.from][st.index] : lists[st.from].back();
+        const device_id to{static_cast<int>(st.to)};
+        const auto it = live_.find(p);
+        const bool there = it != live_.end() && !it->second.where.is_host() && it->second.where.device == to && !st.lost;
+        void* q = there ? p : allocate_within_reserve(to, bytes_per_item);
+        if (q == nullptr) {
+          for (std::size_t j = 0; j < i; ++j) {
+            const auto lj = live_.find(fresh[j]);
+            if (fresh[j] != nullptr && lj == live_.end()) pools_.pool(device_id{static_cast<int>(steps[j].to)}).deallocate(fresh[j], bytes_per_item);
+          }
+          throw_no_room("placed_allocator::apply_moves", to, bytes_per_item);
+        }
+        fresh[i] = q;
+        if (st.in_place) {
+          lists[st.from][st.index] = q;
+        } else {
+          lists[st.from].pop_back();
+          lists[st.to].push_back(q);
+        }
+      }
+    }
+    live_.reserve(live_.size() + 1);  // re-keyed entries below allocate nothing
+    for (auto& list : items) list.reserve(list.size() + steps.size());  // the pushes below cannot throw
+    std::vector<moved_buffer> moved;
+    moved.reserve(steps.size());
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const step& st = steps[i];
+      const device_id to{static_cast<int>(st.to)};
+      auto& from = items[st.from];
+      void* p = st.in_place ? from[st.index] : from.back();
+      const auto it = live_.find(p);
+      const placed e = it->second;
+      void* q = fresh[i];
+      if (q == p) {
+        it->second.reader = to;  // on `to` already: nothing to copy
+      } else {
+        if (!st.lost) {
+          try {
+            copy(q, to, p, e.where.device, bytes_per_item, stream);
+          } catch (...) {
+            for (std::size_t j = i; j < steps.size(); ++j) {
+              if (fresh[j] != nullptr && live_.find(fresh[j]) == live_.end()) {
+                pools_.pool(device_id{static_cast<int>(steps[j].to)}).deallocate(fresh[j], bytes_per_item);
+              }
+            }
+            throw;
+          }
+          ++stats_.migrations;
+        } else {
+          ++stats_.allocations;
+          ++stats_.local;
+        }
+        auto node = live_.extract(it);
+        node.key() = q;
+        node.mapped() = placed{{to, links_.gpu(to).numa_node}, to, bytes_per_item};
+        live_.insert(std::move(node));
+        release(e, p, bytes_per_item);
+      }
+      if (st.in_place) {
+        from[st.index] = q;
+      } else {
+        from.pop_back();
+        items[st.to].push_back(q);
+      }
+      moved.push_back({p, q, bytes_per_item, e.where, to});
     }
     return moved;
   }
@@ -318,22 +390,6 @@ class placed_allocator {
     throw out_of_memory{std::string{who} + ": GPU" + std::to_string(to.value()) + " has no room for " +
                             mgm::detail::describe_bytes(bytes) + " above its reserve",
                         bytes};
-  }
-
-  // A buffer read by `to`, on `to` above its reserve (never spilled elsewhere).
-  void* allocate_on(device_id to, std::size_t bytes) {
-    const std::lock_guard lock{mutex_};
-    ++stats_.allocations;
-    void* p = allocate_within_reserve(to, bytes);
-    if (p == nullptr) throw_no_room("placed_allocator::apply_moves", to, bytes);
-    try {
-      live_.emplace(p, placed{{to, links_.gpu(to).numa_node}, to, bytes});
-    } catch (...) {
-      pools_.pool(to).deallocate(p, bytes);
-      throw;
-    }
-    ++stats_.local;
-    return p;
   }
 
   // The platform's copy, peer to peer where the pair can be connected: CUDA copies between GPUs
