@@ -24,13 +24,24 @@ add_library(MultiGpuMem::c ALIAS multigpumem_c)
 
 # The Python package (python/multigpumem, pure Python over ctypes): copied into the build tree
 # (BUILD/python/multigpumem, which finds BUILD/libmultigpumem_c.so.1 two folders up) and installed
-# in MGM_PYTHON_INSTALL_DIR (PREFIX/lib/python3/dist-packages: Debian's folder for
-# /usr/bin/python3; the package finds PREFIX/lib/libmultigpumem_c.so.1 three folders up).
-set(MGM_PYTHON_INSTALL_DIR "${CMAKE_INSTALL_LIBDIR}/python3/dist-packages" CACHE STRING
-    "Where cmake --install puts the multigpumem Python package (relative to the prefix)")
-if(NOT CMAKE_INSTALL_LIBDIR STREQUAL "lib" AND MGM_PYTHON_INSTALL_DIR STREQUAL "${CMAKE_INSTALL_LIBDIR}/python3/dist-packages")
-  message(STATUS "multigpumem (Python) finds the C library three folders up from ${MGM_PYTHON_INSTALL_DIR}")
+# in MGM_PYTHON_INSTALL_DIR, a folder on Debian's /usr/bin/python3 path for the prefix:
+# lib/python3/dist-packages under /usr, lib/python3.X/dist-packages under /usr/local (and any other
+# prefix, which then goes on PYTHONPATH). The installed package finds the installed library by
+# the relative path written into its _installed.py.
+set(mgm_python_default "lib/python3/dist-packages")
+if(NOT CMAKE_INSTALL_PREFIX STREQUAL "/usr" AND EXISTS /usr/bin/python3)
+  execute_process(COMMAND /usr/bin/python3 -c "import sys; print('%d.%d' % sys.version_info[:2])"
+                  OUTPUT_VARIABLE mgm_python_version OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE mgm_python_rc)
+  if(mgm_python_rc EQUAL 0 AND mgm_python_version MATCHES "^3\\.[0-9]+$")
+    set(mgm_python_default "lib/python${mgm_python_version}/dist-packages")
+  endif()
 endif()
+set(MGM_PYTHON_INSTALL_DIR "${mgm_python_default}" CACHE STRING
+    "Where cmake --install puts the multigpumem Python package (relative to the prefix)")
+file(RELATIVE_PATH mgm_python_to_lib "/${MGM_PYTHON_INSTALL_DIR}/multigpumem" "/${CMAKE_INSTALL_LIBDIR}")
+file(WRITE "${PROJECT_BINARY_DIR}/python-install/_installed.py"
+     "# Written by the build: the installed library's folder, relative to this package.\nLIBRARY_DIR = \"${mgm_python_to_lib}\"\n")
+install(FILES "${PROJECT_BINARY_DIR}/python-install/_installed.py" DESTINATION "${MGM_PYTHON_INSTALL_DIR}/multigpumem")
 file(GLOB MGM_PYTHON_FILES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/python/multigpumem/*.py")
 set(MGM_PYTHON_COPIES "")
 foreach(f IN LISTS MGM_PYTHON_FILES)

@@ -1,6 +1,7 @@
-"""The C library (libmultigpumem_c.so.1) through ctypes: found by MGM_C_LIBRARY, else next to this
-package as `cmake --install` lays it out (PREFIX/lib/python3/dist-packages/multigpumem ->
-PREFIX/lib); the build tree's copy knows the library built beside it."""
+"""The C library (libmultigpumem_c.so.1) through ctypes: found by MGM_C_LIBRARY, else where
+`cmake --install` put it (the installed package's _installed.py names the library's folder
+relative to the package: PREFIX/lib/python3.X/dist-packages/multigpumem -> PREFIX/lib); the build
+tree's copy knows the library built beside it."""
 import ctypes
 import os
 import threading
@@ -15,7 +16,8 @@ _path = None
 
 def candidates():
     """The paths tried, in order: MGM_C_LIBRARY; in the build tree, the library built beside this
-    copy of the package (named by the generated _where.py); installed, PREFIX/lib three folders up."""
+    copy of the package (named by the generated _where.py); installed, the folder _installed.py
+    names; else PREFIX/lib three folders up (a package copied by hand)."""
     env = os.environ.get("MGM_C_LIBRARY")
     if env:
         return [env]
@@ -25,6 +27,11 @@ def candidates():
     except ImportError:
         pass
     here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        from . import _installed  # written by cmake --install
+        return [os.path.normpath(os.path.join(here, _installed.LIBRARY_DIR, SONAME))]
+    except ImportError:
+        pass
     return [os.path.normpath(os.path.join(here, "..", "..", "..", SONAME))]
 
 

@@ -42,15 +42,17 @@ struct refused_key {
   std::string_view name;
   std::string_view why;
 };
-constexpr std::array<refused_key, 11> pytorch_only{{
+constexpr std::array<refused_key, 13> pytorch_only{{
     {"garbage_collection_threshold", "the pool gives idle memory back above release_threshold after each free; set release_threshold"},
     {"roundup_power2_divisions", "blocks are rounded to round (256 B) and large segments to segment_round; set those"},
     {"roundup_bypass_threshold_mb", "there are no power-of-two divisions to bypass; set round and segment_round"},
     {"max_non_split_rounding_mb", "blocks larger than max_split_size are never split and are handed out as requested"},
     {"release_lock_on_cudamalloc", "the pool's locking is its own: each device's pool has its lock, no global one"},
+    {"release_lock_on_hipmalloc", "ROCm's name for release_lock_on_cudamalloc: the pool's locking is its own, one lock per device"},
     {"pinned_use_cuda_host_register", "an option of PyTorch's pinned host allocator, which this pool does not replace"},
     {"pinned_num_register_threads", "an option of PyTorch's pinned host allocator, which this pool does not replace"},
     {"pinned_use_background_threads", "an option of PyTorch's pinned host allocator, which this pool does not replace"},
+    {"pinned_reserve_segment_size_mb", "an option of PyTorch's pinned host allocator, which this pool does not replace"},
     {"backend", "the backend is this pool; to use cudaMallocAsync, leave PyTorch's own allocator in place"},
     {"per_process_memory_fraction", "set it with torch.cuda.set_per_process_memory_fraction (mgm_set_memory_fraction)"},
     {"graph_capture_record_stream_reuse", "memory freed during a capture is reused only after the capture's pool is released"},

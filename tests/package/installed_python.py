@@ -1,12 +1,18 @@
-"""The installed Python package, as a user's interpreter finds it: PREFIX/lib/python3/dist-packages
-on the path, the library found three folders up (no MGM_C_LIBRARY), or where MGM_C_LIBRARY says.
-Usage: installed_python.py PREFIX BUILD_TREE_LIBRARY"""
+"""The installed Python package, as a user's interpreter finds it: PREFIX/PYTHON_DIR on the path,
+the library found where the package's _installed.py says (PREFIX/LIB_DIR, no MGM_C_LIBRARY), or
+where MGM_C_LIBRARY says. Under the prefix /usr/local, PYTHON_DIR is on Debian's own path.
+Usage: installed_python.py PREFIX BUILD_TREE_LIBRARY PYTHON_DIR LIB_DIR"""
 import os
 import subprocess
 import sys
 
 prefix, built = (os.path.abspath(a) for a in sys.argv[1:3])
-site = os.path.join(prefix, "lib", "python3", "dist-packages")
+python_dir, lib_dir = sys.argv[3:5]
+site = os.path.join(prefix, python_dir)
+# The folder is one Debian's interpreter searches: /usr/local's, or /usr's.
+debian = ("lib/python%d.%d/dist-packages" % sys.version_info[:2], "lib/python3/dist-packages")
+if python_dir not in debian:
+    sys.exit("the package installs in PREFIX/%s, not in a folder of Debian's (%s)" % (python_dir, ", ".join(debian)))
 probe = (
     "import multigpumem as m, os\n"
     "p = m.alloc(1 << 20, 0)\n"
@@ -28,7 +34,7 @@ def run(extra):
 
 
 lib, module = run({})
-want_lib = os.path.realpath(os.path.join(prefix, "lib", "libmultigpumem_c.so.1"))
+want_lib = os.path.realpath(os.path.join(prefix, lib_dir, "libmultigpumem_c.so.1"))
 if lib != want_lib:
     sys.exit("the installed package loaded %s, not the installed %s" % (lib, want_lib))
 if not module.startswith(os.path.realpath(site) + os.sep):

@@ -519,8 +519,9 @@ TEST_CASE("pool options: MGM_ALLOC_CONF", "[pool][options]") {
 
 TEST_CASE("pool options: every PYTORCH_CUDA_ALLOC_CONF key not honoured is refused by name, with a reason", "[pool][options]") {
   for (const char* key : {"garbage_collection_threshold", "roundup_power2_divisions", "roundup_bypass_threshold_mb",
-                          "max_non_split_rounding_mb", "release_lock_on_cudamalloc", "pinned_use_cuda_host_register",
-                          "pinned_num_register_threads", "pinned_use_background_threads", "backend",
+                          "max_non_split_rounding_mb", "release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
+                          "pinned_use_cuda_host_register", "pinned_num_register_threads", "pinned_use_background_threads",
+                          "pinned_reserve_segment_size_mb", "backend",
                           "per_process_memory_fraction", "graph_capture_record_stream_reuse"}) {
     INFO(key);
     // As pasted from PyTorch: the refused key among honoured ones, never half-applied.
