@@ -40,8 +40,19 @@ else:
     pod = kinds["DaemonSet"]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    if not pod.get("hostIPC"):
-        problems.append("the DaemonSet needs hostIPC to read the pools' /dev/shm figures")
+    # The pools' figures: the node's publish folder, read with the node's process ids.
+    if not pod.get("hostPID"):
+        problems.append("the DaemonSet needs hostPID: a publish file is read only while its process (a node pid) lives")
+    volumes = {v.get("name"): v for v in pod.get("volumes", [])}
+    container = pod["containers"][0]
+    env = {e.get("name"): e.get("value") for e in container.get("env", [])}
+    mounts = {m.get("name"): m for m in container.get("volumeMounts", [])}
+    folder = env.get("MGM_PUBLISH_DIR")
+    if not folder:
+        problems.append("the DaemonSet sets no MGM_PUBLISH_DIR: it would read its own /dev/shm, which no job writes")
+    elif not any(m.get("mountPath") == folder and volumes.get(n, {}).get("hostPath", {}).get("path") == folder
+                 for n, m in mounts.items()):
+        problems.append("MGM_PUBLISH_DIR=%s is not the node's folder (a hostPath mounted at the same path)" % folder)
     service_ports = {p["name"]: p["port"] for p in kinds["Service"]["spec"]["ports"]}
     monitor_ports = [e["port"] for e in kinds["ServiceMonitor"]["spec"]["endpoints"]]
     if ports.get("metrics") != service_ports.get("metrics") or monitor_ports != ["metrics"]:
