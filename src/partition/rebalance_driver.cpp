@@ -147,7 +147,13 @@ struct rebalance_driver::impl {
   void run() {
     auto next = std::chrono::steady_clock::now();
     for (;;) {
-      (void)turn();
+      try {
+        (void)turn();
+      } catch (...) {
+        // Only the host out of memory gets here (the copy of the rebalancer, a message): the
+        // plan stays, the turn counts as an error, and the loop goes on.
+        errors.fetch_add(1, std::memory_order_relaxed);
+      }
       next += period;
       const auto now = std::chrono::steady_clock::now();
       if (next < now) next = now;  // after a stall: a period from now, not a burst
