@@ -167,7 +167,7 @@ TEST_CASE("the bound refuses a limit below 1", "[trace][growth_bound]") {
   CHECK_THROWS_AS(mgm::least_growth_driver_time(t, mgm::sim::cost_model{}, 1.05, 0, 3 * mib), mgm::logic_error);
 }
 
-TEST_CASE("a pool's replay reports the bound under the memory limit; a cudaMalloc one none", "[trace][growth_bound]") {
+TEST_CASE("a pool replay reports the bound under the memory limit, a cudaMalloc replay none", "[trace][growth_bound]") {
   std::vector<std::pair<std::uint32_t, std::size_t>> steps;
   for (std::uint32_t s = 0; s < 12; ++s) steps.emplace_back(s, 24 * mib);
   const auto t = make(steps);
