@@ -347,6 +347,19 @@ TEST_CASE("rebalance_driver with apply_moves: a GPU rebuilt in place, and a rece
   constexpr std::size_t bpi = 64 * MiB;
   mgm::pool_options plain;
   plain.expandable_segments = false;
+  // `items` of `bpi` bytes over `gpus` GPUs that each read `free` bytes free, 1 GiB kept.
+  const auto job_of = [&](std::size_t items, int gpus, std::size_t free) {
+    mgm::partition_request job;
+    job.items = items;
+    job.bytes_per_item = bpi;
+    for (int d = 0; d < gpus; ++d) {
+      mgm::partition_device pd;
+      pd.free_bytes = free;
+      pd.reserve_bytes = GiB;
+      job.devices.push_back(pd);
+    }
+    return job;
+  };
   const auto matches = [](const mgm::rebalance_driver& d, const std::vector<std::vector<void*>>& held) {
     for (std::size_t g = 0; g < held.size(); ++g) {
       if (d.plan().counts[g] != held[g].size()) return false;
@@ -358,15 +371,7 @@ TEST_CASE("rebalance_driver with apply_moves: a GPU rebuilt in place, and a rece
     mgm::placed_allocator placed{m.links(), [&](device_id d) { return m.allocator(d); },
                                  [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers(),
                                  std::vector<std::size_t>(3, GiB), mgm::placement_options{}, plain};
-    mgm::partition_request job;
-    job.items = 30;
-    job.bytes_per_item = bpi;
-    for (int d = 0; d < 3; ++d) {
-      mgm::partition_device pd;
-      pd.free_bytes = 10 * bpi + GiB;
-      pd.reserve_bytes = GiB;
-      job.devices.push_back(pd);
-    }
+    const auto job = job_of(30, 3, 10 * bpi + GiB);
     mgm::rebalancer_options o;
     o.readings_include_items = false;
     mgm::rebalancer r{job, o, m.links()};
@@ -407,15 +412,7 @@ TEST_CASE("rebalance_driver with apply_moves: a GPU rebuilt in place, and a rece
     mgm::placed_allocator placed{m.links(), [&](device_id d) { return m.allocator(d); },
                                  [&](std::optional<int> numa) { return m.host_allocator(numa); }, m.peers(),
                                  std::vector<std::size_t>(2, GiB), mgm::placement_options{}, plain};
-    mgm::partition_request job;
-    job.items = 20;
-    job.bytes_per_item = bpi;
-    for (int d = 0; d < 2; ++d) {
-      mgm::partition_device pd;
-      pd.free_bytes = 10 * GiB;
-      pd.reserve_bytes = GiB;
-      job.devices.push_back(pd);
-    }
+    const auto job = job_of(20, 2, 10 * GiB);
     mgm::rebalancer_options o;
     o.readings_include_items = false;
     o.hold_steps = 1;

@@ -260,6 +260,15 @@ class placed_allocator {
     }
     // Every new buffer first (nothing copied or freed yet); a receiver without room undoes them.
     std::vector<void*> fresh(steps.size(), nullptr);
+    // Gives back the new buffers of steps [begin, end) not yet in use (a buffer already on its
+    // receiver is the live one itself).
+    const auto give_back = [&](std::size_t begin, std::size_t end) noexcept {
+      for (std::size_t j = begin; j < end; ++j) {
+        if (fresh[j] != nullptr && live_.find(fresh[j]) == live_.end()) {
+          pools_.pool(device_id{static_cast<int>(steps[j].to)}).deallocate(fresh[j], bytes_per_item);
+        }
+      }
+    };
     {
       std::vector<std::vector<void*>> lists = items;  // where each step's buffer is, played forward
       for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -270,10 +279,7 @@ class placed_allocator {
         const bool there = it != live_.end() && !it->second.where.is_host() && it->second.where.device == to && !st.lost;
         void* q = there ? p : allocate_within_reserve(to, bytes_per_item);
         if (q == nullptr) {
-          for (std::size_t j = 0; j < i; ++j) {
-            const auto lj = live_.find(fresh[j]);
-            if (fresh[j] != nullptr && lj == live_.end()) pools_.pool(device_id{static_cast<int>(steps[j].to)}).deallocate(fresh[j], bytes_per_item);
-          }
+          give_back(0, i);
           throw_no_room("placed_allocator::apply_moves", to, bytes_per_item);
         }
         fresh[i] = q;
@@ -304,11 +310,7 @@ class placed_allocator {
           try {
             copy(q, to, p, e.where.device, bytes_per_item, stream);
           } catch (...) {
-            for (std::size_t j = i; j < steps.size(); ++j) {
-              if (fresh[j] != nullptr && live_.find(fresh[j]) == live_.end()) {
-                pools_.pool(device_id{static_cast<int>(steps[j].to)}).deallocate(fresh[j], bytes_per_item);
-              }
-            }
+            give_back(i, steps.size());
             throw;
           }
           ++stats_.migrations;
