@@ -44,7 +44,7 @@ void add_pool_figures(std::vector<device_sample>& samples, bool simulated, const
   } catch (...) {
   }
   const auto self = static_cast<std::uint32_t>(::getpid());
-  std::erase_if(all, [&](const published_process& p) { return p.pid == self; });
+  std::erase_if(all, [&](const published_process& p) { return p.pid == self && p.pid_seen_here; });
   published_process own;
   own.pid = self;
   for (const auto& f : registered_pool_figures()) {

@@ -117,7 +117,9 @@ void append_families(std::string& out, std::span<const family> which, std::span<
   }
 }
 
-// Each publishing process's pools on each GPU, labelled with its pid and name.
+// Each publishing process's pools on each GPU, labelled with its pid and name, and its publisher
+// id: two processes of different pid namespaces may write the same pid (each its container's 1),
+// and their series must still differ.
 void append_process_pools(std::string& out, std::span<const device_sample> batch,
                           const std::vector<published_process>& pools, bool simulated,
                           std::span<const std::pair<std::string, std::string>> extra) {
@@ -128,7 +130,7 @@ void append_process_pools(std::string& out, std::span<const device_sample> batch
       for (const auto& d : p.devices) {
         if (!same_gpu(s, d, simulated)) continue;
         const std::string l = '{' + labels(s, extra) + ",pid=\"" + std::to_string(p.pid) + "\",process_name=\"" +
-                              escape_label(p.name) + "\"} ";
+                              escape_label(p.name) + (p.id.empty() ? "" : "\",publisher=\"" + p.id) + "\"} ";
         if (d.figures.allocated) allocated += "mgm_pool_allocated_bytes" + l + std::to_string(*d.figures.allocated) + '\n';
         reserved += "mgm_pool_reserved_bytes" + l + std::to_string(d.figures.reserved) + '\n';
       }

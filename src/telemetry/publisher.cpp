@@ -1,6 +1,8 @@
 // The registry of live pools, the /dev/shm publisher of their figures, and its reader.
 //
-// File format (text, one item per line, written aside then renamed into place):
+// Files: `mgm.<pid>.<id>` (the figures) and `mgm.<pid>.<id>.lock` (a POSIX record lock held
+// while the process publishes: the reader's proof that it lives). The figures' format (text, one
+// item per line, written aside then renamed into place):
 //   mgm-publish 1
 //   pid 1234
 //   name python3
@@ -10,17 +12,24 @@
 #include <mgm/telemetry/nvml.hpp>
 #include <mgm/telemetry/publisher.hpp>
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
+#include <system_error>
+#include <tuple>
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <thread>
@@ -101,12 +110,49 @@ std::string process_name() {
 
 std::string dash_if_empty(const std::string& s) { return s.empty() ? std::string{"-"} : s; }
 
+// The ids of this process's live publishers. A POSIX lock never conflicts with its own process,
+// so the reader learns from here that a file whose lock it finds free is its own.
+std::mutex g_own_mutex;
+std::set<std::string>& own_ids() {
+  static auto* ids = new std::set<std::string>;  // never destroyed: a publisher may outlive statics
+  return *ids;
+}
+
+std::string fresh_id() {
+  std::random_device rd;
+  const std::uint64_t v = (std::uint64_t{rd()} << 32) ^ rd() ^
+                          static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(v));
+  return out;
+}
+
+// The lock that says the process lives: a write lock on the whole of `path`, held by the process
+// until it closes `fd` or dies. @throws std::system_error where the folder is not writable or its
+// file system has no record locks.
+int hold_lock(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::system_error{errno, std::generic_category(), "cannot create " + path.string()};
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_SETLK, &l) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw std::system_error{e, std::generic_category(), "cannot lock " + path.string()};
+  }
+  return fd;
+}
+
 }  // namespace
 
 struct publisher::impl {
   std::chrono::milliseconds period;
   std::filesystem::path dir;
   std::filesystem::path file;
+  std::filesystem::path lock_file;
+  std::string id = fresh_id();
+  int lock_fd{-1};
   std::string name = process_name();
   std::vector<cuda_identity> cuda;  // looked up once, on the first CUDA pool
   bool cuda_known{false};
@@ -156,8 +202,20 @@ struct publisher::impl {
 publisher::publisher(std::chrono::milliseconds period, std::filesystem::path dir) : impl_{std::make_unique<impl>()} {
   impl_->period = std::max(period, std::chrono::milliseconds{100});
   impl_->dir = std::move(dir);
-  impl_->file = impl_->dir / ("mgm." + std::to_string(::getpid()));
-  impl_->write();
+  const std::string stem = "mgm." + std::to_string(::getpid()) + "." + impl_->id;
+  impl_->file = impl_->dir / stem;
+  impl_->lock_file = impl_->dir / (stem + ".lock");
+  impl_->lock_fd = hold_lock(impl_->lock_file);  // before the figures exist: a reader never finds them unlocked
+  {
+    const std::lock_guard lock{g_own_mutex};
+    own_ids().insert(impl_->id);
+  }
+  try {
+    impl_->write();
+  } catch (...) {
+    forget();
+    throw;
+  }
   impl_->thread = std::thread{[p = impl_.get()] {
     std::unique_lock lock{p->mutex};
     while (!p->wake.wait_for(lock, p->period, [p] { return p->stopping; })) {
@@ -178,8 +236,18 @@ publisher::~publisher() {
   }
   impl_->wake.notify_all();
   impl_->thread.join();
+  forget();
+}
+
+void publisher::forget() noexcept {
   std::error_code ec;
-  std::filesystem::remove(impl_->file, ec);
+  std::filesystem::remove(impl_->file, ec);  // the figures first: never a file without its lock
+  std::filesystem::remove(impl_->lock_file, ec);
+  {
+    const std::lock_guard lock{g_own_mutex};
+    own_ids().erase(impl_->id);
+  }
+  ::close(impl_->lock_fd);  // drops the lock
 }
 
 void publisher::publish_now() { impl_->write(); }
@@ -195,9 +263,18 @@ std::unique_ptr<publisher>& global_publisher() {
 
 }  // namespace
 
+// A forked child (a DataLoader worker) has the parent's publisher object but not its thread, its
+// lock or its files: it lets go of them without a join and without removing what is the parent's.
+void forget_in_child() noexcept {
+  (void)global_publisher().release();  // its thread is not in this process: never joined
+  own_ids().clear();
+}
+
 void start_publishing() {
   install_pool_observer();
   const std::lock_guard lock{g_publisher_mutex};
+  static const int at_fork = ::pthread_atfork(nullptr, nullptr, forget_in_child);
+  (void)at_fork;
   auto& p = global_publisher();
   if (!p) p = std::make_unique<publisher>();
 }
@@ -213,6 +290,27 @@ namespace {
 
 bool process_alive(std::uint32_t pid) {
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+// Whether the process that wrote `mgm.<pid>.<id>` lives, and its pid as this namespace sees it
+// (0 where it cannot). A lock file that is gone or free means it died.
+struct holder {
+  bool alive{false};
+  std::uint32_t pid{0};
+};
+holder lock_holder(const std::filesystem::path& lock_file, const std::string& id) {
+  const int fd = ::open(lock_file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  struct flock l {};
+  l.l_type = F_RDLCK;  // conflicts with the publisher's write lock; testable on a read-only descriptor
+  l.l_whence = SEEK_SET;
+  const int rc = ::fcntl(fd, F_GETLK, &l);
+  ::close(fd);  // this process holds no lock on the file: closing drops none
+  if (rc != 0) return {true, 0};  // cannot tell: shown rather than hidden
+  if (l.l_type != F_UNLCK) return {true, static_cast<std::uint32_t>(std::max<pid_t>(l.l_pid, 0))};
+  const std::lock_guard lock{g_own_mutex};
+  if (own_ids().count(id) != 0) return {true, static_cast<std::uint32_t>(::getpid())};
+  return {};
 }
 
 std::optional<published_process> parse_published(std::istream& in, std::string& error) {
@@ -258,18 +356,38 @@ std::optional<published_process> parse_published(std::istream& in, std::string& 
 std::vector<published_process> read_published(const std::filesystem::path& dir, std::vector<log_issue>* skipped) {
   std::vector<published_process> out;
   std::error_code ec;
+  const auto digits = [](std::string_view s) {
+    return !s.empty() && s.size() <= 10 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
   for (const auto& entry : std::filesystem::directory_iterator{dir, ec}) {
     const std::string fname = entry.path().filename().string();
     if (fname.rfind("mgm.", 0) != 0) continue;
-    const std::string digits = fname.substr(4);
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
-    std::uint32_t pid = 0;
-    try {
-      pid = static_cast<std::uint32_t>(std::stoul(digits));
-    } catch (...) {
-      continue;
+    // mgm.<pid>.<id> (alive while its lock is held) or the older mgm.<pid> (while the pid lives).
+    const std::string_view rest = std::string_view{fname}.substr(4);
+    const std::size_t dot = rest.find('.');
+    const std::string_view pid_text = rest.substr(0, dot);
+    const std::string id = dot == std::string_view::npos ? std::string{} : std::string{rest.substr(dot + 1)};
+    if (!digits(pid_text)) continue;
+    if (dot != std::string_view::npos &&
+        (id.size() != 16 || !std::all_of(id.begin(), id.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; }))) {
+      continue;  // a .lock or .tmp file, or not ours
     }
-    if (!process_alive(pid)) continue;  // stale: its process died without removing it
+    const auto written_pid = static_cast<std::uint32_t>(std::stoul(std::string{pid_text}));
+    std::uint32_t pid = written_pid;
+    bool seen_here = true;
+    if (id.empty()) {
+      if (!process_alive(written_pid)) continue;  // stale: its process died without removing it
+    } else {
+      const auto lock_file = dir / (fname + ".lock");
+      const holder h = lock_holder(lock_file, id);
+      if (!h.alive) {  // died without removing its files: tidied where this reader may write
+        std::filesystem::remove(entry.path(), ec);
+        std::filesystem::remove(lock_file, ec);
+        continue;
+      }
+      seen_here = h.pid != 0;
+      if (seen_here) pid = h.pid;
+    }
     std::ifstream in{entry.path()};
     std::string error;
     std::optional<published_process> p;
@@ -283,9 +401,11 @@ std::vector<published_process> read_published(const std::filesystem::path& dir, 
       continue;
     }
     p->pid = pid;
+    p->pid_seen_here = seen_here;
+    p->id = id;
     out.push_back(std::move(*p));
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.pid < b.pid; });
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return std::tie(a.pid, a.id) < std::tie(b.pid, b.id); });
   return out;
 }
 

@@ -42,7 +42,7 @@ else:
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     # The pools' figures: the node's publish folder, read with the node's process ids.
     if not pod.get("hostPID"):
-        problems.append("the DaemonSet needs hostPID: a publish file is read only while its process (a node pid) lives")
+        problems.append("the DaemonSet needs hostPID: the pools' pid labels would be the pods' own pids, not NVML's")
     volumes = {v.get("name"): v for v in pod.get("volumes", [])}
     container = pod["containers"][0]
     env = {e.get("name"): e.get("value") for e in container.get("env", [])}

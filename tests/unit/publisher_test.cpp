@@ -1,6 +1,7 @@
 // Pool figures published in a directory by one process and read by another; stale files ignored.
 #include <mgm/pool/caching_pool.hpp>
 #include <mgm/sim/machine.hpp>
+#include <mgm/telemetry/log_format.hpp>
 #include <mgm/telemetry/publisher.hpp>
 
 #include "test_artifacts.hpp"
@@ -11,7 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -24,6 +27,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The files named mgm.* in `dir`.
+std::vector<std::string> mgm_files(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator{dir}) {
+    if (e.path().filename().string().rfind("mgm.", 0) == 0) out.push_back(e.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 fs::path fresh_dir(const char* what) {
   auto d = fs::temp_directory_path() / ("mgm_publish_" + std::string{what} + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
@@ -34,7 +47,7 @@ fs::path fresh_dir(const char* what) {
 // The child process of tests/publisher_child.cpp, with pipes to its stdin and stdout.
 class child {
  public:
-  explicit child(const fs::path& dir, const char* program = MGM_PUBLISHER_CHILD) {
+  explicit child(const fs::path& dir, const char* program = MGM_PUBLISHER_CHILD, const fs::path& hold_lock = {}) {
     int in[2], out[2];
     REQUIRE(::pipe(in) == 0);
     REQUIRE(::pipe(out) == 0);
@@ -46,11 +59,13 @@ class child {
     posix_spawn_file_actions_addclose(&fa, out[0]);
     ::setenv("MGM_PUBLISH", "1", 1);
     ::setenv("MGM_PUBLISH_DIR", dir.c_str(), 1);
+    if (!hold_lock.empty()) ::setenv("MGM_TEST_HOLD_LOCK", hold_lock.c_str(), 1);
     const std::string path = mgm_test::artifact(program);
     char* argv[] = {const_cast<char*>(path.c_str()), nullptr};
     const int rc = posix_spawn(&pid_, path.c_str(), &fa, nullptr, argv, environ);
     ::unsetenv("MGM_PUBLISH");
     ::unsetenv("MGM_PUBLISH_DIR");
+    ::unsetenv("MGM_TEST_HOLD_LOCK");
     posix_spawn_file_actions_destroy(&fa);
     ::close(in[0]);
     ::close(out[1]);
@@ -106,6 +121,11 @@ TEST_CASE("publisher: another process's pool figures, read while it runs, gone w
   REQUIRE(procs.size() == 1);
   const auto& p = procs[0];
   CHECK(p.pid == static_cast<std::uint32_t>(c.pid()));
+  CHECK(p.pid_seen_here);
+  CHECK(p.id.size() == 16);
+  // The figures and the lock the process holds while it publishes.
+  const std::string stem = "mgm." + std::to_string(c.pid()) + "." + p.id;
+  CHECK(mgm_files(dir) == std::vector<std::string>{stem, stem + ".lock"});
   CHECK(p.name.rfind("mgm_test_publis", 0) == 0);  // /proc/PID/comm keeps 15 characters
   REQUIRE(p.devices.size() == 2);
   CHECK(p.devices[0].simulated);
@@ -127,20 +147,19 @@ TEST_CASE("publisher: another process's pool figures, read while it runs, gone w
 
   CHECK(WIFEXITED(c.exit_normally()));
   CHECK(tel::read_published(dir).empty());
-  CHECK_FALSE(fs::exists(dir / ("mgm." + std::to_string(p.pid))));
+  CHECK(mgm_files(dir).empty());  // both files removed at exit
   fs::remove_all(dir);
 }
 
 TEST_CASE("publisher: the file of a killed process is ignored", "[telemetry][publish]") {
   const auto dir = fresh_dir("stale");
-  std::uint32_t pid = 0;
   {
     child c{dir};
-    pid = static_cast<std::uint32_t>(c.pid());
-    c.kill();  // SIGKILL: no chance to remove its file
+    c.kill();  // SIGKILL: no chance to remove its files
   }
-  CHECK(fs::exists(dir / ("mgm." + std::to_string(pid))));
+  CHECK(mgm_files(dir).size() == 2);  // the figures and the lock file, whose lock died with it
   CHECK(tel::read_published(dir).empty());
+  CHECK(mgm_files(dir).empty());  // the reader tidied them
   fs::remove_all(dir);
 }
 
@@ -151,20 +170,21 @@ TEST_CASE("publisher: in-process publishing, a bad file named, and matching by P
   void* p = pool.allocate(10 << 20);
   {
     tel::publisher pub{std::chrono::milliseconds{10}, dir};
-    CHECK(pub.file() == dir / ("mgm." + std::to_string(::getpid())));
+    CHECK(pub.file().filename().string().rfind("mgm." + std::to_string(::getpid()) + ".", 0) == 0);
     std::ofstream{dir / "mgm.1"} << "garbage\n";   // pid 1 is alive: read, and refused
     std::ofstream{dir / "mgm.notapid"} << "x\n";   // not ours: not even looked at
     std::vector<tel::log_issue> skipped;
     const auto procs = tel::read_published(dir, &skipped);
     REQUIRE(skipped.size() == 1);
     CHECK(skipped[0].message.find("not an mgm publish file") != std::string::npos);
-    REQUIRE(procs.size() == 1);
+    REQUIRE(procs.size() == 1);  // its own: a process's lock never conflicts with itself, the reader knows it
+    CHECK(procs[0].pid == static_cast<std::uint32_t>(::getpid()));
     REQUIRE(procs[0].devices.size() >= 1);
     // A pool without statistics publishes what it reserves, and no allocated figure.
     CHECK_FALSE(procs[0].devices[0].figures.allocated.has_value());
     CHECK(procs[0].devices[0].figures.reserved >= std::uint64_t{10} << 20);
   }
-  CHECK_FALSE(fs::exists(dir / ("mgm." + std::to_string(::getpid()))));
+  CHECK(mgm_files(dir) == std::vector<std::string>{"mgm.1", "mgm.notapid"});
 
   tel::published_process other;
   other.pid = 99;
@@ -182,5 +202,62 @@ TEST_CASE("publisher: in-process publishing, a bad file named, and matching by P
   CHECK(samples[0].pool_reserved == 18U);
   CHECK_FALSE(samples[1].pool_reserved.has_value());
   pool.deallocate(p, 10 << 20);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("publisher: a process of another pid namespace, with a pid another process also has", "[telemetry][publish]") {
+  // Two pods on one node, each with its job as pid 1, publish into the node's folder: their files
+  // differ by id, and the reader names each holder by the pid it sees (what hostPID gives).
+  // Here the child stands in for the second pod: it holds the lock of a file written as pid 1's.
+  const auto dir = fresh_dir("ns");
+  const std::string foreign = "mgm.1.00000000000000aa";
+  child c{dir, MGM_PUBLISHER_CHILD, dir / (foreign + ".lock")};
+  const auto own = tel::read_published(dir);
+  REQUIRE(own.size() == 1);
+  fs::copy_file(dir / ("mgm." + std::to_string(c.pid()) + "." + own[0].id), dir / foreign);
+  const auto procs = tel::read_published(dir);
+  REQUIRE(procs.size() == 2);
+  for (const auto& p : procs) {
+    CHECK(p.pid == static_cast<std::uint32_t>(c.pid()));  // the holder as this namespace sees it, not "1"
+    CHECK(p.pid_seen_here);
+  }
+  CHECK(procs[0].id != procs[1].id);
+  // Two series, told apart by the publisher label even where the pids are the same.
+  std::vector<tel::device_sample> samples(2);
+  for (int i = 0; i < 2; ++i) samples[static_cast<std::size_t>(i)].index = i;
+  tel::prometheus_extras extras;
+  extras.pools = &procs;
+  extras.simulated = true;
+  const auto text = tel::to_prometheus(samples, extras);
+  CHECK(text.find("publisher=\"00000000000000aa\"") != std::string::npos);
+  CHECK(text.find("publisher=\"" + own[0].id + "\"") != std::string::npos);
+  c.kill();
+  CHECK(tel::read_published(dir).empty());  // both locks died with the child
+  CHECK(mgm_files(dir).empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("publisher: a forked child lets go of its parent's publisher", "[telemetry][publish]") {
+  const auto dir = fresh_dir("fork");
+  ::setenv("MGM_PUBLISH_DIR", dir.c_str(), 1);
+  tel::start_publishing();
+  ::unsetenv("MGM_PUBLISH_DIR");
+  const auto before = mgm_files(dir);
+  REQUIRE(before.size() == 2);
+  const pid_t kid = ::fork();
+  REQUIRE(kid >= 0);
+  if (kid == 0) {
+    // The child sees its parent alive (the parent's lock), and leaves without removing its files.
+    const auto seen = tel::read_published(dir);
+    const bool ok = seen.size() == 1 && seen[0].pid == static_cast<std::uint32_t>(::getppid());
+    std::exit(ok ? 0 : 1);  // static destructors run: the released publisher removes nothing
+  }
+  int status = 0;
+  ::waitpid(kid, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(mgm_files(dir) == before);
+  tel::stop_publishing();
+  CHECK(mgm_files(dir).empty());
   fs::remove_all(dir);
 }

@@ -214,7 +214,8 @@ struct published_process;
 
 /// @brief What an exporter (`mgm serve`) adds to a batch's exposition.
 struct prometheus_extras {
-  /// Each process's pools: `mgm_pool_{allocated,reserved}_bytes{...,pid="...",process_name="..."}`,
+  /// Each process's pools: `mgm_pool_{allocated,reserved}_bytes{...,pid,process_name,publisher}` (the
+  /// publisher's unique id: two processes of different pid namespaces may have one pid),
   /// matched to the GPUs as `same_gpu` does. Null: the per-GPU sums the samples carry, unlabelled
   /// by process (a metric never mixes the two, or a `sum` would count pools twice).
   const std::vector<published_process>* pools{nullptr};

@@ -1,11 +1,21 @@
 /// @file
 /// @brief Pool figures visible from outside the process: each publishing process keeps a small
-/// text file `mgm.<pid>` in `/dev/shm` (or `MGM_PUBLISH_DIR`) with its pools' allocated and
+/// text file `mgm.<pid>.<id>` in `/dev/shm` (or `MGM_PUBLISH_DIR`) with its pools' allocated and
 /// reserved bytes per device, rewritten at most every 100 ms and removed at exit; `mgm status`
-/// reads them all.
+/// and `mgm serve` read them all.
 ///
 /// Publishing starts with `start_publishing()`, or by itself at the first pool when `MGM_PUBLISH=1`.
 /// The file is replaced atomically (written aside, then renamed), so a reader never sees half.
+///
+/// Liveness does not depend on process ids: beside its file the process holds a POSIX record
+/// lock on `mgm.<pid>.<id>.lock` for as long as it publishes; the kernel drops the lock when the
+/// process dies, however it dies. So the folder can be shared by processes of different pid
+/// namespaces (containers, Kubernetes pods with a hostPath): two of them with the same pid (each
+/// its container's pid 1) publish under different `<id>`s, a reader sees who is alive without
+/// seeing their pids, and where it can see them (`hostPID`) the lock names each holder's pid as
+/// the reader's namespace knows it, the pid NVML reports. A forked child does not inherit the lock
+/// (nor, therefore, the parent's publishing). Files of the older form `mgm.<pid>` are still read,
+/// alive while a process of that pid is.
 #pragma once
 
 #include <mgm/telemetry/pool_registry.hpp>
@@ -32,7 +42,11 @@ struct published_device {
 
 /// @brief What one process published.
 struct published_process {
+  /// The pid in the reader's pid namespace where the reader can see the process (same namespace,
+  /// or one above it, as with Kubernetes' hostPID); else the pid the process wrote, in its own.
   std::uint32_t pid{0};
+  bool pid_seen_here{true};  ///< whether `pid` is the reader's namespace's (false: the publisher's own)
+  std::string id;            ///< the publisher's unique id (its file's `<id>`; empty for `mgm.<pid>` files)
   std::string name;
   clock::time_point updated{};
   std::vector<published_device> devices;
@@ -58,6 +72,7 @@ class publisher {
   struct impl;
 
  private:
+  void forget() noexcept;  // removes the files, then drops the lock
   std::unique_ptr<impl> impl_;
 };
 
@@ -65,8 +80,9 @@ class publisher {
 void start_publishing();
 void stop_publishing() noexcept;
 
-/// @brief Every live process's published figures in `dir`. Files of processes that no longer
-/// exist are ignored; unreadable files are skipped and named in `skipped` (line = 0).
+/// @brief Every live process's published figures in `dir`, ordered by pid. The files of a process
+/// that died without removing them (killed, out of memory) are removed where the reader may
+/// (else ignored); unreadable files are skipped and named in `skipped` (line = 0).
 [[nodiscard]] std::vector<published_process> read_published(const std::filesystem::path& dir = default_publish_dir(),
                                                             std::vector<log_issue>* skipped = nullptr);
 
