@@ -71,4 +71,18 @@ cluster_plan partition_cluster(const partition_request& r, const std::vector<clu
   return out;
 }
 
+topology cluster_links(const std::vector<std::size_t>& node_of) {
+  std::vector<gpu_info> gpus(node_of.size());
+  for (std::size_t i = 0; i < gpus.size(); ++i) gpus[i].ordinal = static_cast<int>(i);
+  topology links{std::move(gpus)};  // every pair SYS
+  for (std::size_t a = 0; a < node_of.size(); ++a) {
+    for (std::size_t b = a + 1; b < node_of.size(); ++b) {
+      if (node_of[a] != node_of[b]) {
+        links.set_path(device_id{static_cast<int>(a)}, device_id{static_cast<int>(b)}, {path_type::net, smi_label::sys, 0});
+      }
+    }
+  }
+  return links;
+}
+
 }  // namespace mgm

@@ -45,8 +45,11 @@ double move_cost(const topology& links, std::size_t from, std::size_t to) {
     const double gbps = links.bandwidth(a, b).gbps;
     return 1.0 / std::max(gbps, 1e-3);
   }
-  // Staged through pinned host memory: down one GPU's PCIe link, then up the other's.
-  return 1.0 / std::max(pcie_gbps(links.gpu(a)), 1e-3) + 1.0 / std::max(pcie_gbps(links.gpu(b)), 1e-3);
+  // Staged through pinned host memory: down one GPU's PCIe link, then up the other's; to another
+  // node, over the network between the two.
+  const double staged = 1.0 / std::max(pcie_gbps(links.gpu(a)), 1e-3) + 1.0 / std::max(pcie_gbps(links.gpu(b)), 1e-3);
+  if (links.path(a, b).type == path_type::net) return staged + 1.0 / std::max(links.bandwidth(a, b).gbps, 1e-3);
+  return staged;
 }
 
 std::vector<partition_move> route_moves(const std::vector<std::size_t>& surplus, const std::vector<std::size_t>& room,
@@ -129,7 +132,8 @@ std::vector<partition_move> route_moves(const std::vector<std::size_t>& surplus,
       if (flow == 0) continue;
       partition_move m{i, j, flow, ""};
       if (links != nullptr) {
-        m.path = links->path(device_id{static_cast<int>(i)}, device_id{static_cast<int>(j)}).label();
+        const gpu_path& p = links->path(device_id{static_cast<int>(i)}, device_id{static_cast<int>(j)});
+        m.path = p.type == path_type::net ? std::string{p.nccl_name()} : p.label();
         m.via_host = !has_peer_path(*links, i, j);
       }
       moves.push_back(std::move(m));

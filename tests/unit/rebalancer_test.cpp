@@ -695,3 +695,52 @@ TEST_CASE("rebalance_driver: plan() shows a change only once its moves are done,
   REQUIRE(calls.load() == 1);  // stopped after the turn that called back
   threaded.stop();
 }
+
+TEST_CASE("cluster_links: items move within a node before they cross the network", "[rebalancer]") {
+  // Two nodes of two GPUs: GPU 0 (node 0) sends 4 items; GPU 1 (node 0) and GPU 2 (node 1) have room.
+  const auto links = mgm::cluster_links({0, 0, 1, 1});
+  REQUIRE(links.path(mgm::device_id{0}, mgm::device_id{1}).type == mgm::path_type::sys);
+  REQUIRE(links.path(mgm::device_id{1}, mgm::device_id{2}).type == mgm::path_type::net);
+  REQUIRE(mgm::move_cost(links, 0, 2) > mgm::move_cost(links, 0, 1));
+  REQUIRE_FALSE(mgm::has_peer_path(links, 0, 2));
+  auto moves = mgm::route_moves({4, 0, 0, 0}, {0, 4, 4, 4}, &links);
+  REQUIRE(moves.size() == 1);
+  CHECK(moves[0].to == 1);
+  CHECK(moves[0].path == "SYS");
+  CHECK(moves[0].via_host);
+  // Room for only 1 on the node: the rest crosses, labelled as the network.
+  moves = mgm::route_moves({4, 0, 0, 0}, {0, 1, 4, 0}, &links);
+  REQUIRE(moves.size() == 2);
+  std::size_t crossed = 0;
+  for (const auto& m : moves) {
+    if (m.to == 1) CHECK(m.items == 1);
+    if (m.to == 2) {
+      CHECK(m.path == "NET");
+      crossed += m.items;
+    }
+  }
+  CHECK(crossed == 3);
+  // Through the rebalancer: GPU 0 of node 0 crowded by a tenant; its items go to its own node's GPU.
+  mgm::partition_request r;
+  r.items = 40;
+  r.bytes_per_item = std::size_t{1} << 30;
+  for (int i = 0; i < 4; ++i) {
+    mgm::partition_device d;
+    d.free_bytes = std::size_t{20} << 30;
+    r.devices.push_back(d);
+  }
+  mgm::rebalancer rb{r, {.min_change = 0.05, .hold_steps = 1, .cooldown_steps = 6, .readings_include_items = true}, links};
+  std::vector<mgm::gpu_reading> now(4, mgm::gpu_reading{true, std::size_t{10} << 30, std::nullopt});
+  now[0].free_bytes = 0;  // a tenant took all the room the job did not use there
+  now[1].free_bytes = std::size_t{20} << 30;
+  const auto d = rb.step(now);
+  REQUIRE(d.moved());
+  std::size_t left = 0;
+  for (const auto& m : d.plan.moves) {
+    INFO(m.from << " -> " << m.to << " " << m.items << " over " << m.path);
+    if (m.from != 0) continue;
+    CHECK(m.to == 1);  // the crowded GPU's items stay on its node
+    left += m.items;
+  }
+  CHECK(left == 5);  // usable 10, 30, 20, 20 GiB: 5, 15, 10, 10 of the 40
+}

@@ -7,6 +7,7 @@
 #include <mgm/bytes.hpp>
 #include <mgm/device.hpp>
 #include <mgm/error.hpp>
+#include <mgm/partition/cluster.hpp>
 #include <mgm/partition/partitioner.hpp>
 #include <mgm/partition/rebalance_driver.hpp>
 #include <mgm/placement/placement_policy.hpp>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <memory>
 #include <cstdio>
@@ -242,9 +244,12 @@ void add_plan(CLI::App& app, context& ctx) {
       const auto gpus = read_cluster_gpus(co, source);
       std::vector<std::string> ids;
       std::vector<std::size_t> free;
+      std::vector<std::size_t> node_of;  // moves stay within a node before they cross the network
+      std::map<std::string, std::size_t> nodes;
       for (const auto& g : gpus) {
         ids.push_back(g.id());
         free.push_back(g.free_bytes);
+        node_of.push_back(nodes.try_emplace(g.node, nodes.size()).first->second);
       }
       add_devices(free, "GPUs of the cluster");
       // Each reading asks Prometheus again. A GPU whose series is missing has no reading (its last
@@ -268,7 +273,7 @@ void add_plan(CLI::App& app, context& ctx) {
         }
         return out;
       };
-      watch_plan(w, r, ids, std::nullopt, read);
+      watch_plan(w, r, ids, mgm::cluster_links(node_of), read);
       return;
     }
     if (watching) {

@@ -108,6 +108,7 @@ void watch_plan(const watch_options& o, const mgm::partition_request& r, const s
         for (const auto& m : e.decision.plan.moves) {
           std::string how = m.from_lost ? "rebuilt (the sender lost its data)"
                             : m.path.empty() ? std::string{}
+                            : m.path == "NET" ? std::string{"to another node, over the network"}
                             : "over " + m.path + (m.via_host ? ", through host memory (no peer path)" : ", peer to peer");
           std::printf("                     %s -> %s  %zu items%s%s\n", labels[m.from].c_str(), labels[m.to].c_str(),
                       m.items, how.empty() ? "" : "  ", how.c_str());

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <mgm/partition/partitioner.hpp>
+#include <mgm/topology/topology.hpp>
 
 #include <cstddef>
 #include <string>
@@ -39,5 +40,13 @@ struct cluster_plan {
 /// @throws mgm::partition_error when the cluster cannot hold the items (its shortfall is per node;
 /// "on node 'X'" errors, per GPU of X); mgm::logic_error for no nodes or a node without GPUs.
 [[nodiscard]] cluster_plan partition_cluster(const partition_request& r, const std::vector<cluster_node>& nodes);
+
+/// @brief The links between the GPUs of a cluster, for `rebalancer` and `route_moves`, from the
+/// node of each GPU (`node_of[i]`, any numbering). GPUs of one node are `SYS` (through host memory:
+/// a cluster's metrics do not say how a node's GPUs connect, and no faster path is assumed); GPUs of
+/// different nodes are `NET`, whose cost is the network's on top of staging through host memory
+/// at both ends (`move_cost`), so that items move within a node before they cross to another.
+/// Where a node's own topology is known, `set_path` its pairs on the result.
+[[nodiscard]] topology cluster_links(const std::vector<std::size_t>& node_of);
 
 }  // namespace mgm

@@ -87,7 +87,7 @@ struct partition_move {
   std::size_t from{0};
   std::size_t to{0};
   std::size_t items{0};
-  std::string path;  ///< nvidia-smi's label of the route ("NV12", "SYS"), "" without a topology
+  std::string path;  ///< nvidia-smi's label of the route ("NV12", "SYS"), "NET" to another node, "" without a topology
   bool via_host{false};   ///< no peer path: the copy is staged through host memory
   bool from_lost{false};  ///< the sender is gone: the items are rebuilt on `to`, not copied
 };

@@ -76,7 +76,8 @@ struct rebalance_decision {
 
 /// @brief The cost of moving one byte from `from` to `to`, in seconds per GB: NVLink and PCIe
 /// peers at their bandwidth (`topology::bandwidth`), through host memory (no peer path: a board
-/// that forbids PCIe peers, or across sockets) at two PCIe hops.
+/// that forbids PCIe peers, or across sockets) at two PCIe hops, and to another node (`NET`,
+/// `cluster_links`) at two PCIe hops and the network's bandwidth.
 [[nodiscard]] double move_cost(const topology& links, std::size_t from, std::size_t to);
 /// @brief Whether `from` and `to` can copy peer to peer (NVLink, or PCIe below the CPU on boards
 /// that allow it), as CUDA's peer access rules say.
