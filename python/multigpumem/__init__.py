@@ -30,7 +30,7 @@ import pickle
 from . import _lib
 
 __all__ = ["alloc", "free", "record_stream", "forget_stream", "empty_cache", "set_memory_fraction", "stats", "snapshot",
-           "dump_snapshot", "device_count", "memory_info", "config", "library_path", "ipc_export", "ipc_unexport",
+           "record_memory_history", "dump_snapshot", "device_count", "memory_info", "config", "library_path", "ipc_export", "ipc_unexport",
            "ipc_import", "ipc_close"]
 
 
@@ -134,8 +134,22 @@ def stats(device=0):
     return json.loads(s)
 
 
+def record_memory_history(enabled=True, max_entries=100_000):
+    """Records every device's allocations and frees for snapshot()'s "device_traces" (the
+    timeline of pytorch.org/memory_viz), as torch.cuda.memory._record_memory_history does for
+    PyTorch's own allocator (a pluggable allocator gets no history from it): the last
+    max_entries per device, without stack frames. Starting again drops the old history;
+    enabled=False stops and drops it."""
+    n = int(max_entries) if enabled else 0
+    if enabled and n <= 0:
+        raise ValueError("record_memory_history: max_entries must be at least 1, not %r" % (max_entries,))
+    if _lib.library().mgm_record_memory_history(n) != 0:
+        raise RuntimeError(_lib.last_error())
+
+
 def snapshot(device=0):
-    """The pool as torch.cuda.memory._snapshot() has it: {"segments": [...], "device_traces": [...]}."""
+    """The pool as torch.cuda.memory._snapshot() has it: {"segments": [...], "device_traces": [...]}
+    (one list per device, empty unless record_memory_history is on)."""
     s = _lib.library().mgm_snapshot_json(device)
     if s is None:
         raise ValueError(_lib.last_error())

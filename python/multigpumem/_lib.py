@@ -7,7 +7,7 @@ import os
 import threading
 
 SONAME = "libmultigpumem_c.so.1"
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 _lock = threading.Lock()
 _lib = None
@@ -53,6 +53,7 @@ def _declare(lib):
         "mgm_set_memory_fraction": (c_int, [c_double, c_int]),
         "mgm_stats_json": (c_char_p, [c_int]),
         "mgm_snapshot_json": (c_char_p, [c_int]),
+        "mgm_record_memory_history": (c_int, [c_size_t]),
         "mgm_sim_create_stream": (c_void_p, [c_int]),
         "mgm_sim_begin_capture": (c_int, [c_void_p]),
         "mgm_sim_end_capture": (c_int, [c_void_p]),

@@ -133,6 +133,44 @@ struct state {
     double fraction{1.0};  // under `mutex`
   };
   std::unique_ptr<device_limit[]> limits;
+  // The allocation history of each device (mgm_record_memory_history): a ring of the last
+  // `max_entries`, taken only while `recording` (one relaxed load on each call otherwise).
+  struct trace_entry {
+    const char* action;
+    std::uintptr_t addr;
+    std::size_t size;
+    std::uintptr_t stream;
+    std::int64_t time_us;
+    std::size_t device_free;  // "oom" only
+  };
+  struct device_history {
+    std::mutex mutex;
+    std::vector<trace_entry> ring;  // oldest at `next` once full
+    std::size_t next{0};
+    std::size_t max{0};
+  };
+  std::atomic<bool> recording{false};
+  std::unique_ptr<device_history[]> history;
+
+  void record(int device, const char* action, const void* addr, std::size_t size, mgm::stream_ref stream,
+              std::size_t device_free = 0) noexcept {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
+    const trace_entry e{action, reinterpret_cast<std::uintptr_t>(addr), size, reinterpret_cast<std::uintptr_t>(stream.get()),
+                        static_cast<std::int64_t>(us.count()), device_free};
+    auto& h = history[static_cast<std::size_t>(device)];
+    const std::lock_guard lock{h.mutex};
+    if (h.max == 0) return;  // stopped since the caller looked
+    try {
+      if (h.ring.size() < h.max) {
+        h.ring.push_back(e);
+        return;
+      }
+    } catch (...) {  // no host memory for the entry: the oldest makes room
+    }
+    if (h.ring.empty()) return;
+    h.ring[h.next] = e;
+    h.next = (h.next + 1) % h.ring.size();
+  }
 
   state() {
     try {
@@ -156,6 +194,7 @@ struct state {
       }
       devices = pools->device_count();
       limits = std::make_unique<device_limit[]>(static_cast<std::size_t>(devices));
+      history = std::make_unique<device_history[]>(static_cast<std::size_t>(devices));
     } catch (const std::exception& e) {
       failure = std::string{"libmultigpumem_c cannot start: "} + e.what();
       pools.reset();
@@ -263,7 +302,44 @@ nlohmann::ordered_json stats_object(const mgm::pool_statistics& st) {
   return j;
 }
 
-nlohmann::ordered_json snapshot_object(const mgm::pool_snapshot& snap, int devices) {
+// allocate_or_throw, with the allocation (or the out-of-memory) in the history while it is recorded.
+void* allocate_recorded(state& s, std::size_t size, int device, mgm::stream_ref stream) {
+  if (!s.recording.load(std::memory_order_relaxed)) [[likely]] return allocate_or_throw(s, size, device, stream);
+  try {
+    void* p = allocate_or_throw(s, size, device, stream);
+    s.record(device, "alloc", p, size, stream);
+    return p;
+  } catch (const mgm::out_of_memory&) {
+    std::size_t free_bytes = 0;
+    try {
+      free_bytes = s.pools->free_bytes(device);
+    } catch (...) {
+    }
+    s.record(device, "oom", nullptr, size, stream, free_bytes);
+    throw;
+  }
+}
+
+// Each device's history, oldest first, as torch.cuda.memory._snapshot()'s "device_traces".
+nlohmann::ordered_json device_traces(state& s) {
+  nlohmann::ordered_json traces = nlohmann::ordered_json::array();
+  for (int d = 0; d < s.devices; ++d) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    auto& h = s.history[static_cast<std::size_t>(d)];
+    const std::lock_guard lock{h.mutex};
+    for (std::size_t i = 0; i < h.ring.size(); ++i) {
+      const auto& e = h.ring[(h.next + i) % h.ring.size()];
+      nlohmann::ordered_json j{{"action", e.action}, {"addr", e.addr}, {"size", e.size}, {"stream", e.stream},
+                               {"time_us", e.time_us}, {"frames", nlohmann::ordered_json::array()}};
+      if (std::string_view{e.action} == "oom") j["device_free"] = e.device_free;
+      list.push_back(std::move(j));
+    }
+    traces.push_back(std::move(list));
+  }
+  return traces;
+}
+
+nlohmann::ordered_json snapshot_object(const mgm::pool_snapshot& snap, nlohmann::ordered_json traces) {
   using state_type = mgm::block_snapshot::state_type;
   nlohmann::ordered_json segments = nlohmann::ordered_json::array();
   for (const auto& seg : snap.segments) {
@@ -296,8 +372,6 @@ nlohmann::ordered_json snapshot_object(const mgm::pool_snapshot& snap, int devic
                         {"segment_pool_id", {0, 0}}, {"is_expandable", seg.expandable},
                         {"frames", nlohmann::ordered_json::array()}, {"blocks", std::move(blocks)}});
   }
-  nlohmann::ordered_json traces = nlohmann::ordered_json::array();
-  for (int d = 0; d < devices; ++d) traces.push_back(nlohmann::ordered_json::array());
   return {{"segments", std::move(segments)}, {"device_traces", std::move(traces)}};
 }
 
@@ -393,7 +467,7 @@ MGM_C_API void* mgm_alloc_async(size_t size, int device, void* stream) {
   if (s == nullptr || !valid_device(*s, device, "mgm_alloc_async")) return nullptr;
   if (size == 0) return nullptr;
   return guarded(
-      "mgm_alloc_async", [&] { return allocate_or_throw(*s, size, device, mgm::stream_ref{static_cast<cudaStream_t>(stream)}); },
+      "mgm_alloc_async", [&] { return allocate_recorded(*s, size, device, mgm::stream_ref{static_cast<cudaStream_t>(stream)}); },
       static_cast<void*>(nullptr));
 }
 
@@ -413,8 +487,29 @@ MGM_C_API void mgm_free_async(void* ptr, size_t size, int device, void* stream) 
   // refusal, with why, and logs it. Other errors logged during a free (a block freed mid-capture
   // kept reserved, say) come from frees that happened.
   const std::uint64_t refused = mgm::refused_deallocations();
-  s->pools->deallocate(device, ptr, size, mgm::stream_ref{static_cast<cudaStream_t>(stream)});
-  if (mgm::refused_deallocations() != refused) set_error("mgm_free_async: ", mgm::last_refused_deallocation());
+  const mgm::stream_ref on{static_cast<cudaStream_t>(stream)};
+  s->pools->deallocate(device, ptr, size, on);
+  if (mgm::refused_deallocations() != refused) {
+    set_error("mgm_free_async: ", mgm::last_refused_deallocation());
+  } else if (s->recording.load(std::memory_order_relaxed)) [[unlikely]] {
+    s->record(device, "free_requested", ptr, size, on);
+    s->record(device, "free_completed", ptr, size, on);
+  }
+}
+
+MGM_C_API int mgm_record_memory_history(size_t max_entries) {
+  state* s = running();
+  if (s == nullptr) return -1;
+  s->recording.store(false, std::memory_order_relaxed);
+  for (int d = 0; d < s->devices; ++d) {
+    auto& h = s->history[static_cast<std::size_t>(d)];
+    const std::lock_guard lock{h.mutex};
+    std::vector<state::trace_entry>{}.swap(h.ring);
+    h.next = 0;
+    h.max = max_entries;
+  }
+  s->recording.store(max_entries > 0, std::memory_order_relaxed);
+  return 0;
 }
 
 MGM_C_API int mgm_forget_stream(int device, void* stream) {
@@ -495,7 +590,7 @@ MGM_C_API const char* mgm_snapshot_json(int device) {
   return guarded(
       "mgm_snapshot_json",
       [&]() -> const char* {
-        out = snapshot_object(s->pools->snapshot(device), s->pools->device_count()).dump();
+        out = snapshot_object(s->pools->snapshot(device), device_traces(*s)).dump();
         return out.c_str();
       },
       static_cast<const char*>(nullptr));
@@ -525,7 +620,7 @@ MGM_C_API void* mgm_torch_alloc(size_t size, int device, mgm_stream_t stream) {
   if (!valid_device(*s, device, "mgm_torch_alloc")) throw mgm::logic_error{t_error};
   if (size == 0) return nullptr;
   try {
-    return allocate_or_throw(*s, size, device, mgm::stream_ref{reinterpret_cast<cudaStream_t>(stream)});
+    return allocate_recorded(*s, size, device, mgm::stream_ref{reinterpret_cast<cudaStream_t>(stream)});
   } catch (const mgm::out_of_memory& e) {
     // PyTorch's words first, so that the handlers and people who look for them find them.
     set_error("CUDA out of memory (MultiGpuMem's pool): ", e.what());

@@ -47,6 +47,7 @@ struct c_abi {
   decltype(&mgm_set_memory_fraction) set_fraction{};
   decltype(&mgm_stats_json) stats{};
   decltype(&mgm_snapshot_json) snapshot{};
+  decltype(&mgm_record_memory_history) record_history{};
   decltype(&mgm_sim_create_stream) create_stream{};
   decltype(&mgm_sim_begin_capture) begin_capture{};
   decltype(&mgm_sim_end_capture) end_capture{};
@@ -77,6 +78,7 @@ c_abi open_library(const char* sim = "dgx-h100") {
   c.set_fraction = c.get<int(double, int)>("mgm_set_memory_fraction");
   c.stats = c.get<const char*(int)>("mgm_stats_json");
   c.snapshot = c.get<const char*(int)>("mgm_snapshot_json");
+  c.record_history = c.get<int(size_t)>("mgm_record_memory_history");
   c.create_stream = c.get<void*(int)>("mgm_sim_create_stream");
   c.begin_capture = c.get<int(void*)>("mgm_sim_begin_capture");
   c.end_capture = c.get<int(void*)>("mgm_sim_end_capture");
@@ -167,6 +169,53 @@ TEST_CASE("C ABI: allocations on several devices and streams, stats and snapshot
   // Empty cache gives every idle byte back.
   REQUIRE(c.empty_cache() > 0);
   for (int d = 0; d < 4; ++d) REQUIRE(stats_of(c, d)["reserved_bytes.all.current"] == 0);
+}
+
+TEST_CASE("C ABI: the memory history, as memory_viz's timeline reads it", "[c_abi]") {
+  const auto c = open_library();
+  REQUIRE(c.abi_version() == MGM_ABI_VERSION);
+  const auto traces = [&](int d) { return nlohmann::json::parse(c.snapshot(d))["device_traces"]; };
+  void* before = c.alloc(MiB, 5, nullptr);  // not recorded: the history is off
+  for (const auto& t : traces(5)) REQUIRE(t.empty());
+  REQUIRE(c.record_history(4) == 0);
+  void* stream = c.create_stream(5);
+  void* a = c.alloc(3 * MiB, 5, stream);
+  void* b = c.torch_alloc(5 * MiB, 5, static_cast<mgm_stream_t>(stream));
+  c.free(a, 3 * MiB, 5, stream);
+  void* later = c.alloc(7 * MiB, 5, stream);
+  REQUIRE(c.set_fraction(0.001, 6) == 0);
+  REQUIRE(c.alloc(GiB, 6, nullptr) == nullptr);
+  REQUIRE(c.set_fraction(1.0, 6) == 0);
+  const auto all = traces(0);  // every device's, whichever device the snapshot is of
+  REQUIRE(all.size() == 8);
+  // The last 4 of device 5's 5 entries, oldest first: the first allocation (of a) was dropped.
+  const auto& t5 = all[5];
+  REQUIRE(t5.size() == 4);
+  CHECK(t5[0]["action"] == "alloc");
+  CHECK(t5[0]["addr"] == reinterpret_cast<std::uintptr_t>(b));
+  CHECK(t5[0]["size"] == 5 * MiB);
+  CHECK(t5[0]["stream"] == reinterpret_cast<std::uintptr_t>(stream));
+  CHECK(t5[1]["action"] == "free_requested");
+  CHECK(t5[2]["action"] == "free_completed");
+  CHECK(t5[2]["addr"] == reinterpret_cast<std::uintptr_t>(a));
+  CHECK(t5[2]["size"] == 3 * MiB);
+  CHECK(t5[0]["time_us"].get<std::int64_t>() <= t5[2]["time_us"].get<std::int64_t>());
+  CHECK(t5[3]["action"] == "alloc");
+  CHECK(t5[3]["addr"] == reinterpret_cast<std::uintptr_t>(later));
+  const auto& t6 = all[6];
+  REQUIRE(t6.size() == 1);
+  CHECK(t6[0]["action"] == "oom");
+  CHECK(t6[0]["size"] == GiB);
+  CHECK(t6[0]["device_free"].get<std::size_t>() > 0);
+  // A refused free is no event.
+  c.free(a, 3 * MiB, 5, stream);
+  CHECK(traces(5)[5].size() == 4);
+  REQUIRE(c.record_history(0) == 0);  // stopped: the history goes
+  for (const auto& t : traces(5)) CHECK(t.empty());
+  c.free(b, 5 * MiB, 5, stream);
+  c.free(later, 7 * MiB, 5, stream);
+  c.free(before, MiB, 5, nullptr);
+  for (const auto& t : traces(5)) CHECK(t.empty());
 }
 
 TEST_CASE("C ABI: record_stream, a graph capture, size 0, base_alloc", "[c_abi]") {

@@ -392,3 +392,18 @@ def test_ipc_bad_input_is_a_clear_error():
         multigpumem.ipc_import("not a token", 0)
     with pytest.raises(ValueError, match="not a block"):
         multigpumem.ipc_close(12345)
+
+
+def test_memory_history_fills_device_traces():
+    multigpumem.record_memory_history(max_entries=10)
+    try:
+        p = multigpumem.alloc(2 * MiB, 4)
+        multigpumem.free(p, 2 * MiB, 4)
+        trace = multigpumem.snapshot(4)["device_traces"][4]
+        assert [e["action"] for e in trace] == ["alloc", "free_requested", "free_completed"]
+        assert all(e["addr"] == p and e["size"] == 2 * MiB for e in trace)
+    finally:
+        multigpumem.record_memory_history(enabled=False)
+    assert all(t == [] for t in multigpumem.snapshot(4)["device_traces"])
+    with pytest.raises(ValueError, match="max_entries must be at least 1"):
+        multigpumem.record_memory_history(max_entries=0)

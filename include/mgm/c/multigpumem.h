@@ -37,8 +37,9 @@ extern "C" {
 #define MGM_C_API
 #endif
 
-/* The ABI this header describes; mgm_abi_version() says what the loaded library has. */
-#define MGM_ABI_VERSION 1
+/* The ABI this header describes; mgm_abi_version() says what the loaded library has.
+ * 2 added mgm_record_memory_history; every function of 1 is unchanged. */
+#define MGM_ABI_VERSION 2
 
 /* cudaStream_t's type, without the CUDA headers (the same pointer). */
 struct CUstream_st;
@@ -99,8 +100,17 @@ MGM_C_API int mgm_set_memory_fraction(double fraction, int device);
  * ".small_pool." or ".large_pool." keys. */
 MGM_C_API const char* mgm_stats_json(int device);
 /* `device`'s pool as torch.cuda.memory._snapshot() has it ({"segments": [...], "device_traces":
- * [...]}, the format memory_viz reads once pickled); NULL on failure. */
+ * [...]}, the format memory_viz reads once pickled); NULL on failure. "device_traces" has one
+ * list per device: empty unless mgm_record_memory_history is on. */
 MGM_C_API const char* mgm_snapshot_json(int device);
+/* Records each device's allocations and frees through this library, as
+ * torch.cuda.memory._record_memory_history does, for the snapshot's "device_traces" (memory_viz's
+ * timeline): "alloc", "free_requested" and "free_completed" (a free is reusable in its stream's
+ * order at once), and "oom" with the device's free bytes, each with "addr", "size" (the bytes
+ * asked for), "stream" and "time_us"; no stack frames. The last `max_entries` per device are
+ * kept. A call with `max_entries` > 0 starts afresh; 0 stops recording and drops the history.
+ * 0, or -1 with the error set. */
+MGM_C_API int mgm_record_memory_history(size_t max_entries);
 /* Simulator only (MGM_C_SIM): a new stream on `device`; NULL otherwise. */
 MGM_C_API void* mgm_sim_create_stream(int device);
 /* Simulator only: begin and end a graph capture on a stream of mgm_sim_create_stream, as
