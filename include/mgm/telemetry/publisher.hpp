@@ -59,6 +59,8 @@ struct published_process {
 /// then removes the file. **Thread safety:** safe.
 class publisher {
  public:
+  /// @throws std::system_error when the lock file cannot be made or locked in `dir` (the folder
+  /// is missing or not writable, or its file system has no record locks).
   explicit publisher(std::chrono::milliseconds period = std::chrono::milliseconds{100},
                      std::filesystem::path dir = default_publish_dir());
   ~publisher();
@@ -77,6 +79,7 @@ class publisher {
 };
 
 /// @brief Starts the process-wide publisher (idempotent); `stop_publishing` removes the file.
+/// @throws std::system_error as `publisher` does (with `MGM_PUBLISH=1` the first pool logs it instead).
 void start_publishing();
 void stop_publishing() noexcept;
 
