@@ -186,7 +186,9 @@ void run(const std::string& preset) {
         m.hold_foreign(gpu, 7, "jitter", amplitude[static_cast<std::size_t>(d)] * static_cast<std::size_t>((period + d) % 2));
       }
       const auto e = tick(what);
-      still = e.what == mgm::rebalance_event::kind::stayed && e.message.find("no plan fits") == std::string::npos && still;
+      // Staying for the hysteresis, not because nothing fits or the cooldown holds items back.
+      still = e.what == mgm::rebalance_event::kind::stayed && e.message.find("no plan fits") == std::string::npos &&
+              e.message.find("cooldown") == std::string::npos && still;
     }
     for (int d = 0; d < n; ++d) (void)m.release_foreign(mgm::device_id{d}, 7);
     return still;

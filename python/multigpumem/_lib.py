@@ -87,10 +87,14 @@ def library():
             except OSError as e:
                 errors.append("%s: %s" % (path, e))
                 continue
-            _declare(lib)
+            # The version first: an older library lacks the newer functions _declare looks up.
+            # A newer one keeps every function of this version (versions only add).
+            lib.mgm_abi_version.restype = ctypes.c_int
+            lib.mgm_abi_version.argtypes = []
             version = lib.mgm_abi_version()
-            if version != ABI_VERSION:
-                raise OSError("%s has ABI version %d; this package needs %d" % (path, version, ABI_VERSION))
+            if version < ABI_VERSION:
+                raise OSError("%s has ABI version %d; this package needs %d or later" % (path, version, ABI_VERSION))
+            _declare(lib)
             _lib, _path = lib, path
             return lib
         raise OSError("multigpumem: %s not found (set MGM_C_LIBRARY to its path): %s" % (SONAME, "; ".join(errors)))

@@ -152,24 +152,30 @@ struct state {
   std::atomic<bool> recording{false};
   std::unique_ptr<device_history[]> history;
 
-  void record(int device, const char* action, const void* addr, std::size_t size, mgm::stream_ref stream,
-              std::size_t device_free = 0) noexcept {
+  // Appends one entry to a device's history; its mutex is held by the caller.
+  static void append(device_history& h, const char* action, const void* addr, std::size_t size, mgm::stream_ref stream,
+                     std::size_t device_free = 0) noexcept {
+    if (h.max == 0) return;  // stopped since the caller looked
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch());
     const trace_entry e{action, reinterpret_cast<std::uintptr_t>(addr), size, reinterpret_cast<std::uintptr_t>(stream.get()),
                         static_cast<std::int64_t>(us.count()), device_free};
-    auto& h = history[static_cast<std::size_t>(device)];
-    const std::lock_guard lock{h.mutex};
-    if (h.max == 0) return;  // stopped since the caller looked
     try {
       if (h.ring.size() < h.max) {
         h.ring.push_back(e);
         return;
       }
-    } catch (...) {  // no host memory for the entry: the oldest makes room
+    } catch (...) {  // no host memory for the entry: the ring is as long as it got, and the oldest makes room
+      h.max = h.ring.size();
     }
     if (h.ring.empty()) return;
     h.ring[h.next] = e;
     h.next = (h.next + 1) % h.ring.size();
+  }
+  void record(int device, const char* action, const void* addr, std::size_t size, mgm::stream_ref stream,
+              std::size_t device_free = 0) noexcept {
+    auto& h = history[static_cast<std::size_t>(device)];
+    const std::lock_guard lock{h.mutex};
+    append(h, action, addr, size, stream, device_free);
   }
 
   state() {
@@ -488,18 +494,27 @@ MGM_C_API void mgm_free_async(void* ptr, size_t size, int device, void* stream) 
   // kept reserved, say) come from frees that happened.
   const std::uint64_t refused = mgm::refused_deallocations();
   const mgm::stream_ref on{static_cast<cudaStream_t>(stream)};
-  s->pools->deallocate(device, ptr, size, on);
-  if (mgm::refused_deallocations() != refused) {
-    set_error("mgm_free_async: ", mgm::last_refused_deallocation());
-  } else if (s->recording.load(std::memory_order_relaxed)) [[unlikely]] {
-    s->record(device, "free_requested", ptr, size, on);
-    s->record(device, "free_completed", ptr, size, on);
+  if (s->recording.load(std::memory_order_relaxed)) [[unlikely]] {
+    // The free and its entries under the history's lock: another thread that takes the block at
+    // once records its "alloc" after them, never before.
+    auto& h = s->history[static_cast<std::size_t>(device)];
+    const std::lock_guard lock{h.mutex};
+    s->pools->deallocate(device, ptr, size, on);
+    if (mgm::refused_deallocations() == refused) {
+      state::append(h, "free_requested", ptr, size, on);
+      state::append(h, "free_completed", ptr, size, on);
+    }
+  } else {
+    s->pools->deallocate(device, ptr, size, on);
   }
+  if (mgm::refused_deallocations() != refused) set_error("mgm_free_async: ", mgm::last_refused_deallocation());
 }
 
 MGM_C_API int mgm_record_memory_history(size_t max_entries) {
   state* s = running();
   if (s == nullptr) return -1;
+  static std::mutex one_at_a_time;  // two calls at once end with one's setting on every device
+  const std::lock_guard alone{one_at_a_time};
   s->recording.store(false, std::memory_order_relaxed);
   for (int d = 0; d < s->devices; ++d) {
     auto& h = s->history[static_cast<std::size_t>(d)];

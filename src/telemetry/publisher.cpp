@@ -265,16 +265,28 @@ std::unique_ptr<publisher>& global_publisher() {
 
 // A forked child (a DataLoader worker) has the parent's publisher object but not its thread, its
 // lock or its files: it lets go of them without a join and without removing what is the parent's.
-void forget_in_child() noexcept {
+// The locks the two paths take are held across the fork (publisher, then own ids: the order the
+// constructor takes them in), so the child never inherits one locked by a thread it lacks.
+void before_fork() noexcept {
+  g_publisher_mutex.lock();
+  g_own_mutex.lock();
+}
+void after_fork_in_parent() noexcept {
+  g_own_mutex.unlock();
+  g_publisher_mutex.unlock();
+}
+void after_fork_in_child() noexcept {
   (void)global_publisher().release();  // its thread is not in this process: never joined
   own_ids().clear();
+  g_own_mutex.unlock();
+  g_publisher_mutex.unlock();
 }
 
 void start_publishing() {
   install_pool_observer();
-  const std::lock_guard lock{g_publisher_mutex};
-  static const int at_fork = ::pthread_atfork(nullptr, nullptr, forget_in_child);
+  static const int at_fork = ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
   (void)at_fork;
+  const std::lock_guard lock{g_publisher_mutex};
   auto& p = global_publisher();
   if (!p) p = std::make_unique<publisher>();
 }
@@ -299,17 +311,21 @@ struct holder {
   std::uint32_t pid{0};
 };
 holder lock_holder(const std::filesystem::path& lock_file, const std::string& id) {
+  {
+    // This process's own: never opened here, for closing any descriptor of a file drops every
+    // POSIX lock the process holds on it (and another reader would then tidy the files away).
+    const std::lock_guard lock{g_own_mutex};
+    if (own_ids().count(id) != 0) return {true, static_cast<std::uint32_t>(::getpid())};
+  }
   const int fd = ::open(lock_file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
+  if (fd < 0) return {errno != ENOENT, 0};  // gone: it died; out of descriptors, no permission: cannot tell
   struct flock l {};
   l.l_type = F_RDLCK;  // conflicts with the publisher's write lock; testable on a read-only descriptor
   l.l_whence = SEEK_SET;
   const int rc = ::fcntl(fd, F_GETLK, &l);
-  ::close(fd);  // this process holds no lock on the file: closing drops none
+  ::close(fd);  // another process's file: this process holds no lock on it to drop
   if (rc != 0) return {true, 0};  // cannot tell: shown rather than hidden
   if (l.l_type != F_UNLCK) return {true, static_cast<std::uint32_t>(std::max<pid_t>(l.l_pid, 0))};
-  const std::lock_guard lock{g_own_mutex};
-  if (own_ids().count(id) != 0) return {true, static_cast<std::uint32_t>(::getpid())};
   return {};
 }
 

@@ -237,13 +237,17 @@ TEST_CASE("publisher: a process of another pid namespace, with a pid another pro
   fs::remove_all(dir);
 }
 
-TEST_CASE("publisher: a forked child lets go of its parent's publisher", "[telemetry][publish]") {
+TEST_CASE("publisher: a forked child lets go of its parent's publisher, and its parent's own reads keep it alive",
+          "[telemetry][publish]") {
   const auto dir = fresh_dir("fork");
   ::setenv("MGM_PUBLISH_DIR", dir.c_str(), 1);
   tel::start_publishing();
   ::unsetenv("MGM_PUBLISH_DIR");
   const auto before = mgm_files(dir);
   REQUIRE(before.size() == 2);
+  // Reading its own files keeps the lock (closing any descriptor of the lock file would drop it,
+  // and the child below would find the parent dead).
+  REQUIRE(tel::read_published(dir).size() == 1);
   const pid_t kid = ::fork();
   REQUIRE(kid >= 0);
   if (kid == 0) {

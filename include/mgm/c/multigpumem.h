@@ -38,7 +38,8 @@ extern "C" {
 #endif
 
 /* The ABI this header describes; mgm_abi_version() says what the loaded library has.
- * 2 added mgm_record_memory_history; every function of 1 is unchanged. */
+ * Versions only add: 2 added mgm_record_memory_history, and every function of 1 is unchanged, so a
+ * caller built for version N runs with any library of version N or later. */
 #define MGM_ABI_VERSION 2
 
 /* cudaStream_t's type, without the CUDA headers (the same pointer). */

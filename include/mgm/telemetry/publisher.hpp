@@ -56,7 +56,8 @@ struct published_process {
 [[nodiscard]] std::filesystem::path default_publish_dir();
 
 /// @brief Writes this process's pool figures every `period` (at least 100 ms) until destroyed,
-/// then removes the file. **Thread safety:** safe.
+/// then removes the file. **Thread safety:** safe. A forked child must not destroy a publisher
+/// its parent made (its thread is not in the child): `start_publishing`'s own lets go by itself.
 class publisher {
  public:
   /// @throws std::system_error when the lock file cannot be made or locked in `dir` (the folder
