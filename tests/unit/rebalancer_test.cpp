@@ -2,6 +2,7 @@
 // lost GPUs and failed readings; its driver over the simulator's telemetry.
 #include "sizes.hpp"
 
+#include <mgm/partition/cluster.hpp>
 #include <mgm/partition/rebalance_driver.hpp>
 #include <mgm/partition/rebalancer.hpp>
 #include <mgm/sim/machine.hpp>
