@@ -10,6 +10,9 @@
 ///   call; a pool whose reader throws is left out of that look.
 /// - The observer is told of pools created after it is installed; those before it are in the list.
 ///   It is called outside the list's lock and must not throw.
+/// - `fork()` leaves the child a usable list: the list's lock is held across it. A layer that reads
+///   the list under a lock of its own and holds that lock across a fork registers its handler after
+///   the list's (`set_pool_observer` registers the list's), so its lock is taken first.
 ///
 /// **Thread safety:** every function may be called from any thread.
 #pragma once

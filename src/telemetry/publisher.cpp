@@ -144,6 +144,10 @@ int hold_lock(const std::filesystem::path& path) {
   return fd;
 }
 
+// Held by every write, and across a fork: a publisher's thread is never forked in the middle of one
+// (allocating, or holding a stream's lock the child's first use of it would wait on for ever).
+std::mutex g_write_mutex;
+
 }  // namespace
 
 struct publisher::impl {
@@ -162,6 +166,7 @@ struct publisher::impl {
   std::thread thread;
 
   void write() {
+    const std::lock_guard writing{g_write_mutex};
     const auto figures = registered_pool_figures();
     const std::lock_guard lock{mutex};
     std::ostringstream out;
@@ -265,19 +270,26 @@ std::unique_ptr<publisher>& global_publisher() {
 
 // A forked child (a DataLoader worker) has the parent's publisher object but not its thread, its
 // lock or its files: it lets go of them without a join and without removing what is the parent's.
-// The locks the two paths take are held across the fork (publisher, then own ids: the order the
-// constructor takes them in), so the child never inherits one locked by a thread it lacks.
+// The locks its paths take are held across the fork (publisher, own ids, then a write's: the order
+// the constructor takes them in), so the child never inherits one locked by a thread it lacks. The
+// pool list, which the publisher's thread reads, has its own handler, registered before this one
+// (install_pool_observer), so its lock is taken after these: the order start_publishing takes them.
 void before_fork() noexcept {
   g_publisher_mutex.lock();
   g_own_mutex.lock();
+  g_write_mutex.lock();
 }
 void after_fork_in_parent() noexcept {
+  g_write_mutex.unlock();
   g_own_mutex.unlock();
   g_publisher_mutex.unlock();
 }
 void after_fork_in_child() noexcept {
-  (void)global_publisher().release();  // its thread is not in this process: never joined
+  // Its thread is not in this process: never joined, and kept where a leak checker finds it.
+  static std::atomic<publisher*> forked_away{nullptr};
+  if (auto* p = global_publisher().release()) forked_away.store(p);
   own_ids().clear();
+  g_write_mutex.unlock();
   g_own_mutex.unlock();
   g_publisher_mutex.unlock();
 }
