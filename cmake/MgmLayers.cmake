@@ -95,6 +95,8 @@ mgm_layer(
           # the sinks, one file each
           src/telemetry/csv_sink.cpp src/telemetry/process_csv_sink.cpp src/telemetry/jsonl_sink.cpp
           src/telemetry/prometheus_text.cpp
+          # Prometheus as a source of a cluster's GPUs, over a plain-socket GET
+          src/telemetry/prometheus_source.cpp src/telemetry/http_get.cpp
   DEPS core topology sim pool discovery)
 # Telemetry's start-up (src/telemetry/startup.cpp) is linked into every program that links the
 # telemetry layer, so that MGM_PUBLISH=1 works without a call.

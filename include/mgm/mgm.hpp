@@ -17,6 +17,9 @@
 ///   `partition/cluster.hpp` (over the nodes of a cluster, then each node's GPUs),
 ///   `partition/rebalancer.hpp` (the plan kept in step with free memory as a job runs),
 ///   `partition/rebalance_driver.hpp` (its loop over a telemetry source)
+/// - telemetry (not included here): `telemetry/source.hpp` (NVML, CUDA, the simulator),
+///   `telemetry/prometheus_source.hpp` (a cluster's GPUs from Prometheus), `telemetry/sampler.hpp`,
+///   `telemetry/publisher.hpp`, `telemetry/log_format.hpp`, `telemetry/leak_analysis.hpp`
 /// - placement: `placement/placement_policy.hpp` (ranking), `peer_access.hpp`, `placed_allocator.hpp`
 /// - trace: `trace/trace.hpp` (RMM CSV), `trace/replay.hpp` (replays, the fit search)
 /// - the simulated machine: `sim/machine.hpp` (and its allocator, seams, faults, cost model);

@@ -3,6 +3,7 @@
 #include <mgm/error.hpp>
 #include <mgm/partition/rebalance_driver.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -188,8 +189,23 @@ rebalance_driver::reading_function rebalance_driver::from_source(std::shared_ptr
                                                                  std::size_t gpus, std::vector<std::string> keys,
                                                                  reading_options options) {
   MGM_EXPECTS(source != nullptr, "rebalance_driver::from_source: no source");
-  return [source = std::move(source), gpus, keys = std::move(keys), options] {
-    return readings_from(source->sample(), gpus, keys, options);
+  MGM_EXPECTS(options.misses_before_lost >= 1, "rebalance_driver::from_source: misses_before_lost must be at least 1");
+  auto misses = std::make_shared<std::vector<unsigned>>(gpus, 0U);
+  return [source = std::move(source), gpus, keys = std::move(keys), options, misses] {
+    const auto batch = source->sample();
+    auto out = readings_from(batch, gpus, keys, options);
+    for (std::size_t i = 0; i < gpus; ++i) {
+      // Missing from the batch (not lost by its own report): no reading, until it has been missing long enough.
+      const bool listed = !out[i].present && std::any_of(batch.begin(), batch.end(), [&](const telemetry::device_sample& s) {
+        return s.lost && (keys.empty() ? s.cuda_ordinal.value_or(s.index) == static_cast<int>(i) : s.key() == keys[i]);
+      });
+      if (out[i].present || listed) {
+        (*misses)[i] = 0;
+        continue;
+      }
+      if (++(*misses)[i] < options.misses_before_lost) out[i] = {true, std::nullopt, std::nullopt};
+    }
+    return out;
   };
 }
 

@@ -1,7 +1,7 @@
 // HTTP for the tool (Boost.Beast, header-only, so the installed `mgm` needs no shared library for
 // it): the small server of `mgm serve`, which answers GETs from a handler on one thread, keeps
 // connections alive, bounds what a client can make it hold, and stops cleanly on SIGTERM or
-// SIGINT; and the GET that `mgm plan --prometheus` asks Prometheus's API with.
+// SIGINT. (`mgm plan --prometheus` asks Prometheus through the library's telemetry source.)
 #pragma once
 
 #include <cstddef>
@@ -59,18 +59,5 @@ class http_server {
  private:
   std::unique_ptr<impl> impl_;
 };
-
-/// @brief What a GET answered.
-struct http_reply {
-  int status{0};
-  std::string body;
-};
-
-/// @brief GET `url` (`http://HOST[:PORT]/PATH?QUERY`; no TLS) within `timeout_s`.
-/// @throws tool_error (2) saying why (a bad URL, no connection, a timeout), then the URL.
-[[nodiscard]] http_reply http_get(const std::string& url, double timeout_s = 10.0);
-
-/// @brief `text` with every character outside RFC 3986's unreserved set %-encoded.
-[[nodiscard]] std::string url_encode(std::string_view text);
 
 }  // namespace mgm_tool

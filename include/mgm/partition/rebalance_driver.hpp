@@ -26,6 +26,10 @@ struct reading_options {
   /// What a GPU's MultiGpuMem pools hold cached (reserved minus allocated) counts as free: they
   /// give it back when asked (`release`), so it is room for the job.
   bool pool_cache_is_free{true};
+  /// `from_source` only: readings in a row a GPU must be missing from before it counts as lost;
+  /// until then it has no reading (its last one stands). 1: lost at once, as NVML's lost GPUs
+  /// are; 3 for a cluster's Prometheus, where one failed scrape is not a loss.
+  unsigned misses_before_lost{1};
 };
 
 /// @brief One reading per GPU of the rebalancer, from one batch. `keys` names each GPU as

@@ -75,17 +75,22 @@ struct device_sample {
   std::vector<process_sample> processes;
   /// Why a metric is empty, one `metric: reason` each (`power.draw: NVML_ERROR_NOT_SUPPORTED`).
   std::vector<std::string> missing;
+  /// The host the GPU is in, for a source over a cluster (Prometheus: the node's label); empty
+  /// for this machine's sources.
+  std::string node;
 
   /// @brief The identity used to join samples of the same GPU across time and sources: the UUID,
-  /// else the PCI bus id, else `index` and `name`.
+  /// else the PCI bus id, else `index` and `name`; all but the UUID after `node/` where the
+  /// sample names its node.
   [[nodiscard]] std::string key() const {
     if (!uuid.empty()) return uuid;
+    const std::string host = node.empty() ? std::string{} : node + "/";
     if (mig) {
-      return (pci_bus_id.empty() ? std::to_string(index) : pci_bus_id) + "/" + std::to_string(mig->gpu_instance_id) + "/" +
-             std::to_string(mig->compute_instance_id);
+      return host + (pci_bus_id.empty() ? std::to_string(index) : pci_bus_id) + "/" +
+             std::to_string(mig->gpu_instance_id) + "/" + std::to_string(mig->compute_instance_id);
     }
-    if (!pci_bus_id.empty()) return pci_bus_id;
-    return std::to_string(index) + ':' + name;
+    if (!pci_bus_id.empty()) return host + pci_bus_id;
+    return host + std::to_string(index) + ':' + name;
   }
 };
 
