@@ -195,15 +195,24 @@ rebalance_driver::reading_function rebalance_driver::from_source(std::shared_ptr
     const auto batch = source->sample();
     auto out = readings_from(batch, gpus, keys, options);
     for (std::size_t i = 0; i < gpus; ++i) {
-      // Missing from the batch (not lost by its own report): no reading, until it has been missing long enough.
-      const bool listed = !out[i].present && std::any_of(batch.begin(), batch.end(), [&](const telemetry::device_sample& s) {
-        return s.lost && (keys.empty() ? s.cuda_ordinal.value_or(s.index) == static_cast<int>(i) : s.key() == keys[i]);
-      });
-      if (out[i].present || listed) {
-        (*misses)[i] = 0;
+      unsigned& missed = (*misses)[i];
+      if (out[i].present) {
+        missed = 0;
         continue;
       }
-      if (++(*misses)[i] < options.misses_before_lost) out[i] = {true, std::nullopt, std::nullopt};
+      // Lost by the source's own report (NVML's GPU_IS_LOST): lost now, and while it stays away.
+      const bool reported = std::any_of(batch.begin(), batch.end(), [&](const telemetry::device_sample& s) {
+        if (!s.lost) return false;
+        if (!keys.empty()) return s.key() == keys[i];
+        return !s.mig && s.cuda_ordinal.value_or(s.index) == static_cast<int>(i);  // readings_from's rule
+      });
+      if (reported) {
+        missed = options.misses_before_lost;
+        continue;
+      }
+      // Missing from the batch: no reading (its last one stands) until it has been missing long enough.
+      if (missed < options.misses_before_lost) ++missed;
+      if (missed < options.misses_before_lost) out[i] = {true, std::nullopt, std::nullopt};
     }
     return out;
   };

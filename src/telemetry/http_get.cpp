@@ -142,70 +142,60 @@ http_reply http_get(const std::string& url, double timeout_s) {
   if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
     throw bad("cannot resolve " + host + ": " + ::gai_strerror(rc));
   }
+  // Every address within the one deadline; the error is the last address's.
   std::string connect_error = "no address";
   int fd = -1;
-  bool timed_out = false;
+  const auto connect_deadline = std::chrono::steady_clock::now() + timeout;
   for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
     const int s = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
     if (s < 0) {
-      connect_error = std::strerror(errno);
+      connect_error = "cannot connect: " + std::string{std::strerror(errno)};
       continue;
     }
     if (::connect(s, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
-      connect_error = std::strerror(errno);
+      connect_error = "cannot connect: " + std::string{std::strerror(errno)};
       ::close(s);
       continue;
     }
-    if (!wait_for(s, POLLOUT, std::chrono::steady_clock::now() + timeout)) {
-      timed_out = true;
+    if (!wait_for(s, POLLOUT, connect_deadline)) {
+      connect_error = "no connection " + within;
       ::close(s);
-      continue;
+      break;  // the time is up for every address
     }
     int error = 0;
     socklen_t len = sizeof error;
     if (::getsockopt(s, SOL_SOCKET, SO_ERROR, &error, &len) != 0) error = errno;
     if (error != 0) {
-      connect_error = std::strerror(error);
+      connect_error = "cannot connect: " + std::string{std::strerror(error)};
       ::close(s);
       continue;
     }
     fd = s;
   }
   ::freeaddrinfo(found);
-  if (fd < 0) throw bad(timed_out ? "no connection " + within : "cannot connect: " + connect_error);
+  if (fd < 0) throw bad(connect_error);
   const socket_fd sock{fd};
 
   const std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + authority +
                               "\r\nUser-Agent: mgm\r\nAccept: application/json\r\nConnection: close\r\n\r\n";
-  auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto send_deadline = std::chrono::steady_clock::now() + timeout;
   for (std::size_t sent = 0; sent < request.size();) {
-    if (!wait_for(fd, POLLOUT, deadline)) throw bad("could not send the request " + within);
+    if (!wait_for(fd, POLLOUT, send_deadline)) throw bad("could not send the request " + within);
     const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     if (n < 0) throw bad(std::string{"cannot send the request: "} + std::strerror(errno));
     sent += static_cast<std::size_t>(n);
   }
 
-  // The whole answer, to the server's close: each read has the timeout (as a slow body may).
+  // The answer, whole within the timeout: complete at its length, at its last chunk or at the
+  // server's close (one that keeps the connection open is not waited for).
   std::string answer;
-  char buffer[16384];
-  for (;;) {
-    deadline = std::chrono::steady_clock::now() + timeout;
-    if (!wait_for(fd, POLLIN, deadline)) throw bad("no answer " + within);
-    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (n < 0) throw bad(std::string{"cannot read the answer: "} + std::strerror(errno));
-    if (n == 0) break;
-    answer.append(buffer, static_cast<std::size_t>(n));
-    if (answer.size() > max_answer_bytes + 65536) throw bad("the answer is over 256 MiB");
-  }
-
-  const std::size_t head_end = answer.find("\r\n\r\n");
-  if (answer.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos) {
-    throw bad(answer.empty() ? "the server closed the connection without an answer" : "the answer is not HTTP");
-  }
+  std::size_t head_end = std::string::npos;
   http_reply reply;
-  {
+  bool chunked = false;
+  std::optional<std::size_t> length;
+  const auto parse_head = [&] {
+    if (answer.rfind("HTTP/1.", 0) != 0) throw bad("the answer is not HTTP");
     const std::size_t sp = answer.find(' ');
     if (sp == std::string::npos || sp + 4 > head_end || std::isdigit(static_cast<unsigned char>(answer[sp + 1])) == 0 ||
         std::isdigit(static_cast<unsigned char>(answer[sp + 2])) == 0 ||
@@ -213,25 +203,53 @@ http_reply http_get(const std::string& url, double timeout_s) {
       throw bad("the answer has no status");
     }
     reply.status = std::stoi(answer.substr(sp + 1, 3));
-  }
-  bool chunked = false;
-  std::optional<std::size_t> length;
-  for (std::size_t at = answer.find("\r\n") + 2; at < head_end;) {
-    const std::size_t eol = answer.find("\r\n", at);
-    const std::string line = answer.substr(at, eol - at);
-    at = eol + 2;
-    const std::size_t c = line.find(':');
-    if (c == std::string::npos) continue;
-    const std::string name = lower(line.substr(0, c));
-    std::string value = line.substr(c + 1);
-    value.erase(0, value.find_first_not_of(" \t"));
-    if (name == "transfer-encoding" && lower(value).find("chunked") != std::string::npos) chunked = true;
-    if (name == "content-length") {
-      if (value.empty() || value.size() > 12 || value.find_first_not_of("0123456789") != std::string::npos) {
-        throw bad("the answer's Content-Length is not a size");
+    for (std::size_t at = answer.find("\r\n") + 2; at < head_end;) {
+      const std::size_t eol = answer.find("\r\n", at);
+      const std::string line = answer.substr(at, eol - at);
+      at = eol + 2;
+      const std::size_t c = line.find(':');
+      if (c == std::string::npos) continue;
+      const std::string name = lower(line.substr(0, c));
+      std::string value = line.substr(c + 1);
+      value.erase(0, value.find_first_not_of(" \t"));
+      value.erase(value.find_last_not_of(" \t") + 1);
+      if (name == "transfer-encoding" && lower(value).find("chunked") != std::string::npos) chunked = true;
+      if (name == "content-length") {
+        if (value.empty() || value.size() > 12 || value.find_first_not_of("0123456789") != std::string::npos) {
+          throw bad("the answer's Content-Length is not a size");
+        }
+        length = static_cast<std::size_t>(std::stoull(value));
       }
-      length = static_cast<std::size_t>(std::stoull(value));
     }
+  };
+  const auto complete = [&] {
+    if (head_end == std::string::npos) return false;
+    const std::string_view body = std::string_view{answer}.substr(head_end + 4);
+    if (chunked) {
+      std::string ignored;  // the last chunk and the trailers' end: "0\r\n...\r\n\r\n"
+      return body.size() >= 5 && body.substr(body.size() - 4) == "\r\n\r\n" && unchunk(body, ignored);
+    }
+    return length && body.size() >= *length;
+  };
+  char buffer[16384];
+  const auto answer_deadline = std::chrono::steady_clock::now() + timeout;
+  while (!complete()) {
+    if (!wait_for(fd, POLLIN, answer_deadline)) {
+      throw bad(answer.empty() ? "no answer " + within : "the answer did not arrive whole " + within);
+    }
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n < 0) throw bad(std::string{"cannot read the answer: "} + std::strerror(errno));
+    if (n == 0) break;
+    answer.append(buffer, static_cast<std::size_t>(n));
+    if (answer.size() > max_answer_bytes + 65536) throw bad("the answer is over 256 MiB");
+    if (head_end == std::string::npos) {
+      head_end = answer.find("\r\n\r\n");
+      if (head_end != std::string::npos) parse_head();
+    }
+  }
+  if (head_end == std::string::npos) {
+    throw bad(answer.empty() ? "the server closed the connection without an answer" : "the answer is not HTTP");
   }
   const std::string_view body = std::string_view{answer}.substr(head_end + 4);
   if (chunked) {

@@ -1,6 +1,6 @@
 // One HTTP GET over a plain socket, for Prometheus's API (src/telemetry/prometheus_source.cpp):
 // http:// only, HTTP/1.1 with `Connection: close`, chunked or sized bodies, each step (connect,
-// send, every read) under the deadline. No dependency beyond the C library.
+// send, the whole answer) within the timeout. No dependency beyond the C library.
 #pragma once
 
 #include <stdexcept>
@@ -20,9 +20,10 @@ class http_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// @brief GETs `url` (`http://HOST[:PORT]/PATH`, IPv6 hosts in brackets), each step within
-/// `timeout_s`. @throws http_error for a bad URL, no connection, no answer in time, an answer that
-/// is not HTTP or a body over 256 MiB.
+/// @brief GETs `url` (`http://HOST[:PORT]/PATH`, IPv6 hosts in brackets): connecting (every
+/// address together), sending and the whole answer each within `timeout_s`. @throws http_error
+/// for a bad URL, no connection, no answer in time, an answer that is not HTTP or a body over
+/// 256 MiB.
 [[nodiscard]] http_reply http_get(const std::string& url, double timeout_s);
 
 /// @brief `text` with every character outside RFC 3986's unreserved set %-encoded.

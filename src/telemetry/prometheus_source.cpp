@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
+#include <system_error>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,11 +19,28 @@ namespace mgm::telemetry {
 
 namespace {
 
+std::string text_at(const nlohmann::json& object, const char* key);
+
 std::string label(const nlohmann::json& metric, std::initializer_list<const char*> names) {
   for (const char* n : names) {
-    if (metric.contains(n) && metric[n].is_string()) return metric[n].get<std::string>();
+    if (auto v = text_at(metric, n); !v.empty()) return v;
   }
   return {};
+}
+
+// A sample's value: a decimal or exponent number, read the same in every locale; -1 for what is
+// not one (NaN, +Inf).
+double number_of(const std::string& text) {
+  double v = -1.0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc{} && end == text.data() + text.size() ? v : -1.0;
+}
+
+// `object[key]` where it is a string; else "".
+std::string text_at(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return {};
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string{};
 }
 
 // The instant vector `query` evaluates to now.
@@ -40,13 +59,13 @@ nlohmann::json instant_query(const std::string& base, const std::string& query, 
     throw prometheus_error{"Prometheus at " + base + " answered " + std::to_string(reply.status) +
                            " with something that is not its API's JSON (is this Prometheus?)"};
   }
-  if (reply.status != 200 || !answer.is_object() || answer.value("status", "") != "success") {
-    const std::string why = answer.is_object() ? answer.value("error", std::string{"no reason given"}) : "no reason given";
+  if (reply.status != 200 || text_at(answer, "status") != "success") {
+    const std::string why = text_at(answer, "error");
     throw prometheus_error{"Prometheus at " + base + " answered " + std::to_string(reply.status) + " to " + query + ": " +
-                           why};
+                           (why.empty() ? std::string{"no reason given"} : why)};
   }
   const auto& data = answer["data"];
-  if (!data.is_object() || data.value("resultType", "") != "vector" || !data.contains("result") ||
+  if (!data.is_object() || text_at(data, "resultType") != "vector" || !data.contains("result") ||
       !data["result"].is_array()) {
     throw prometheus_error{"Prometheus at " + base + ": " + query + " is not an instant vector"};
   }
@@ -135,10 +154,8 @@ prometheus_reading read_prometheus(const prometheus_options& o) {
     if (g.mig && g.uuid.rfind("MIG-", 0) != 0) g.uuid.clear();
     g.name = label(metric, {"model_name", "modelName"});
     double value = -1.0;
-    try {
-      const auto& v = s["value"];
-      if (v.is_array() && v.size() == 2 && v[1].is_string()) value = std::stod(v[1].get<std::string>()) * scale;
-    } catch (const std::exception&) {
+    if (const auto& v = s["value"]; v.is_array() && v.size() == 2 && v[1].is_string()) {
+      value = number_of(v[1].get<std::string>()) * scale;
     }
     // Below 2^63 bytes, so that the conversion is defined.
     if (!(value >= 0) || !(value < 9.2e18)) {

@@ -148,6 +148,10 @@ int hold_lock(const std::filesystem::path& path) {
 // (allocating, or holding a stream's lock the child's first use of it would wait on for ever).
 std::mutex g_write_mutex;
 
+// Registers the fork handlers below, once, before this file's locks are first used: by the first
+// publisher, `start_publishing` or `read_published`.
+void ensure_fork_handlers() noexcept;
+
 }  // namespace
 
 struct publisher::impl {
@@ -205,6 +209,7 @@ struct publisher::impl {
 };
 
 publisher::publisher(std::chrono::milliseconds period, std::filesystem::path dir) : impl_{std::make_unique<impl>()} {
+  ensure_fork_handlers();
   impl_->period = std::max(period, std::chrono::milliseconds{100});
   impl_->dir = std::move(dir);
   const std::string stem = "mgm." + std::to_string(::getpid()) + "." + impl_->id;
@@ -273,7 +278,7 @@ std::unique_ptr<publisher>& global_publisher() {
 // The locks its paths take are held across the fork (publisher, own ids, then a write's: the order
 // the constructor takes them in), so the child never inherits one locked by a thread it lacks. The
 // pool list, which the publisher's thread reads, has its own handler, registered before this one
-// (install_pool_observer), so its lock is taken after these: the order start_publishing takes them.
+// (ensure_fork_handlers), so its lock is taken after these: the order start_publishing takes them.
 void before_fork() noexcept {
   g_publisher_mutex.lock();
   g_own_mutex.lock();
@@ -294,10 +299,21 @@ void after_fork_in_child() noexcept {
   g_publisher_mutex.unlock();
 }
 
+namespace {
+
+void ensure_fork_handlers() noexcept {
+  static const int at_fork = [] {
+    (void)registered_pools();  // the pool list's own handler first: its lock is taken after these
+    return ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+  }();
+  (void)at_fork;
+}
+
+}  // namespace
+
 void start_publishing() {
   install_pool_observer();
-  static const int at_fork = ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
-  (void)at_fork;
+  ensure_fork_handlers();
   const std::lock_guard lock{g_publisher_mutex};
   auto& p = global_publisher();
   if (!p) p = std::make_unique<publisher>();
@@ -382,6 +398,7 @@ std::optional<published_process> parse_published(std::istream& in, std::string& 
 }  // namespace
 
 std::vector<published_process> read_published(const std::filesystem::path& dir, std::vector<log_issue>* skipped) {
+  ensure_fork_handlers();
   std::vector<published_process> out;
   std::error_code ec;
   const auto digits = [](std::string_view s) {

@@ -23,7 +23,8 @@ namespace tel = mgm::telemetry;
 namespace {
 
 // Answers each of its connections, in turn, with the next of `answers` (raw bytes; an empty one
-// keeps the connection open and silent until the peer leaves). It keeps each request's head.
+// keeps the connection open and silent until the peer leaves; one after `keep_open` stays open
+// after it is sent, until the peer leaves). It keeps each request's head.
 class http_peer {
  public:
   explicit http_peer(std::vector<std::string> answers) : answers_{std::move(answers)} {
@@ -47,6 +48,8 @@ class http_peer {
   http_peer(const http_peer&) = delete;
   http_peer& operator=(const http_peer&) = delete;
 
+  static inline const std::string keep_open = "\x01keep-open\x01";
+
   [[nodiscard]] std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   [[nodiscard]] std::vector<std::string> requests() const {
     const std::lock_guard lock{mutex_};
@@ -69,14 +72,15 @@ class http_peer {
         const std::lock_guard lock{mutex_};
         requests_.push_back(head);
       }
-      if (answer.empty()) {
-        while (::recv(c, buf, sizeof buf, 0) > 0) {  // silent until the client gives up
-        }
-      } else {
-        for (std::size_t sent = 0; sent < answer.size();) {
-          const ssize_t n = ::send(c, answer.data() + sent, answer.size() - sent, MSG_NOSIGNAL);
-          if (n <= 0) break;
-          sent += static_cast<std::size_t>(n);
+      const bool keep = answer.rfind(keep_open, 0) == 0;
+      const std::string bytes = keep ? answer.substr(keep_open.size()) : answer;
+      for (std::size_t sent = 0; sent < bytes.size();) {
+        const ssize_t n = ::send(c, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        sent += static_cast<std::size_t>(n);
+      }
+      if (keep || bytes.empty()) {
+        while (::recv(c, buf, sizeof buf, 0) > 0) {  // until the client leaves
         }
       }
       ::close(c);
@@ -174,6 +178,14 @@ TEST_CASE("prometheus source: a chunked answer reads as a sized one", "[telemetr
   }
 }
 
+TEST_CASE("prometheus source: an answer is complete at its length or last chunk even where the server keeps the "
+          "connection open", "[telemetry][prometheus]") {
+  const std::string spaced = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(cluster.size()) + " \t\r\n\r\n" + cluster;
+  http_peer peer{{http_peer::keep_open + sized(cluster), http_peer::keep_open + chunked(cluster, 100),
+                  http_peer::keep_open + spaced}};
+  for (int i = 0; i < 3; ++i) check_cluster(tel::read_prometheus({peer.url(), "", "node", 2.0}).gpus);
+}
+
 TEST_CASE("prometheus source: dcgm-exporter's series in MiB where no mgm series exists", "[telemetry][prometheus]") {
   http_peer peer{{sized(empty_vector),
                   sized(vector_of(R"({"metric":{"instance":"n1:9400","gpu":"0","UUID":"GPU-1","modelName":"L4"},"value":[1,"2"]})"))}};
@@ -198,6 +210,15 @@ TEST_CASE("prometheus source: what cannot be read or planned over is an error na
   CHECK(read(sized(R"({"status":"error","errorType":"bad_data","error":"parse error at char 3"})", 400))
             .find("answered 400 to mgm_gpu_memory_free_bytes: parse error at char 3") != std::string::npos);
   CHECK(read(sized("<html>proxy</html>", 502)).find("is this Prometheus?") != std::string::npos);
+  // Another server's JSON, its fields of other types: an error of ours, not the JSON library's.
+  CHECK(read(sized(R"({"status":404,"error":"Not Found"})", 404)).find("answered 404 to mgm_gpu_memory_free_bytes: Not Found") !=
+        std::string::npos);
+  CHECK(read(sized(R"({"status":"success","data":{"resultType":7,"result":[]}})")).find("not an instant vector") !=
+        std::string::npos);
+  CHECK(read(sized(vector_of(R"({"metric":{"node":"a","gpu":0},"value":[1,"1"]})"))).find("has no GPU index") !=
+        std::string::npos);
+  CHECK(read(sized(vector_of(R"({"metric":{"node":"a","gpu":"0"},"value":[1,1]})"))).find("not a size") !=
+        std::string::npos);
   CHECK(read(sized(R"({"status":"success","data":{"resultType":"matrix","result":[]}})")).find("not an instant vector") !=
         std::string::npos);
   CHECK(read(sized(cluster).substr(0, 200)).find("cut short") != std::string::npos);
@@ -276,4 +297,46 @@ TEST_CASE("prometheus source: a rebalance driver's readings, joined to the GPUs 
   CHECK(back[0].present);
   CHECK(back[0].free_bytes == std::optional<std::size_t>{100});
   CHECK_THROWS(mgm::rebalance_driver::from_source(src, 2, keys, mgm::reading_options{true, 0}));
+}
+
+namespace {
+
+// A source that plays back the batches a test gives it, as NVML would report them.
+class scripted_source final : public tel::source {
+ public:
+  explicit scripted_source(std::vector<std::vector<tel::device_sample>> batches) : batches_{std::move(batches)} {}
+  [[nodiscard]] std::string name() const override { return "scripted"; }
+  [[nodiscard]] std::vector<tel::device_sample> sample() override { return batches_.at(next_++); }
+
+ private:
+  std::vector<std::vector<tel::device_sample>> batches_;
+  std::size_t next_{0};
+};
+
+tel::device_sample gpu(int index, std::uint64_t free, bool lost = false) {
+  tel::device_sample s;
+  s.index = index;
+  s.cuda_ordinal = index;
+  s.lost = lost;
+  if (!lost) s.memory_free = free;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("from_source: a GPU its source reports lost is lost at once and while it stays away", "[telemetry][prometheus]") {
+  auto src = std::make_shared<scripted_source>(std::vector<std::vector<tel::device_sample>>{
+      {gpu(0, 10), gpu(1, 0, true)}, {gpu(0, 10)}, {gpu(0, 10)}, {gpu(0, 10), gpu(1, 20)}, {gpu(0, 10)}});
+  mgm::reading_options options;
+  options.misses_before_lost = 3;
+  auto read = mgm::rebalance_driver::from_source(src, 2, {}, options);
+  CHECK_FALSE(read()[1].present);  // reported lost
+  CHECK_FALSE(read()[1].present);  // then missing: still lost, not "back" with an old figure
+  CHECK_FALSE(read()[1].present);
+  const auto back = read();
+  CHECK(back[1].present);
+  CHECK(back[1].free_bytes == std::optional<std::size_t>{20});
+  const auto gone = read();  // missing once after a reading: no reading, not lost
+  CHECK(gone[1].present);
+  CHECK_FALSE(gone[1].free_bytes.has_value());
 }

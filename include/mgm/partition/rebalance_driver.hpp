@@ -27,8 +27,9 @@ struct reading_options {
   /// give it back when asked (`release`), so it is room for the job.
   bool pool_cache_is_free{true};
   /// `from_source` only: readings in a row a GPU must be missing from before it counts as lost;
-  /// until then it has no reading (its last one stands). 1: lost at once, as NVML's lost GPUs
-  /// are; 3 for a cluster's Prometheus, where one failed scrape is not a loss.
+  /// until then it has no reading (its last one stands). 1: lost at once; 3 for a cluster's
+  /// Prometheus, where one failed scrape is not a loss. A GPU the source reports lost (NVML's
+  /// GPU_IS_LOST) is lost at once, and stays lost while it is missing.
   unsigned misses_before_lost{1};
 };
 

@@ -5,8 +5,8 @@
 /// program's own `rebalance_driver` (`rebalance_driver::from_source`).
 ///
 /// ## Contract
-/// - One instant query per reading (two where the first finds no series), each step of each
-///   request under `timeout_s`; http:// only.
+/// - One instant query per reading (two where the first finds no series); connecting, sending
+///   and the whole answer of each request each within `timeout_s`; http:// only.
 /// - A sample per GPU, or per MIG GPU instance (its compute instances share its memory and count
 ///   once; a GPU in MIG mode is listed through its instances only). Ordered by node, then GPU
 ///   index, then GPU instance. Each carries `node`, `index` (the `gpu` label), `uuid`, `name`,
@@ -30,7 +30,7 @@ struct prometheus_options {
   std::string url;                     ///< the server's base URL, `http://HOST:PORT[/prefix]`
   std::string selector;                ///< label matchers in braces (`{job="gpu"}`); empty: every series
   std::string node_label{"instance"};  ///< the label that names a GPU's node
-  double timeout_s{10.0};              ///< for each step of each request
+  double timeout_s{10.0};              ///< for each of a request's steps (see the contract)
 };
 
 /// @brief Prometheus could not be read, or what it holds cannot be planned over.
