@@ -23,35 +23,30 @@ struct pool_list {
   std::map<std::uint64_t, entry> entries;
 };
 
-pool_list& make_list();
+// A fork (a DataLoader worker) must not leave the child a list locked by a thread it lacks (the
+// publisher's, reading figures): every pool the child destroys would wait on it for ever. The list
+// is held across the fork. Its handler is registered with the list, before any handler of a layer
+// above that reads it (those take their own locks first: prepare handlers run last-registered first).
+void lock_for_fork() noexcept;
+void unlock_after_fork() noexcept;
 
 pool_list& the_list() {
   // Never destroyed: a publisher or sampler thread may read it during static destruction.
-  static pool_list& list = make_list();
+  static pool_list& list = []() -> pool_list& {
+    ::pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
+    return *new pool_list;
+  }();
   return list;
 }
 
-// A fork (a DataLoader worker) must not leave the child a list locked by a thread it lacks (the
-// publisher's, reading figures): every pool the child destroys would wait on it for ever. The list
-// is held across the fork; registered with the list, so before any handler of a layer above that
-// reads it (those take their own locks first, and prepare handlers run last-registered first).
 void lock_for_fork() noexcept { the_list().mutex.lock(); }
 void unlock_after_fork() noexcept { the_list().mutex.unlock(); }
-
-pool_list& make_list() {
-  auto* list = new pool_list;
-  ::pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork);
-  return *list;
-}
 
 std::atomic<pool_observer*> g_observer{nullptr};
 
 }  // namespace
 
-void set_pool_observer(pool_observer* observer) noexcept {
-  (void)the_list();  // the list's fork handler first: an observer's layer registers its own after it
-  g_observer.store(observer, std::memory_order_release);
-}
+void set_pool_observer(pool_observer* observer) noexcept { g_observer.store(observer, std::memory_order_release); }
 
 pool_registration::pool_registration(device_id device, bool simulated, std::function<pool_figures()> read) {
   {

@@ -12,7 +12,7 @@
 ///   It is called outside the list's lock and must not throw.
 /// - `fork()` leaves the child a usable list: the list's lock is held across it. A layer that reads
 ///   the list under a lock of its own and holds that lock across a fork registers its handler after
-///   the list's (`set_pool_observer` and `registered_pools` register the list's), so its lock is
+///   the list's (registered at the list's first use: a `registered_pools()` call), so its lock is
 ///   taken first. A pool that another thread was using at the fork may be locked in the child, as
 ///   anything a lost thread held: a child adds and removes its own pools, and reads no figures of
 ///   its parent's (a forked child's publisher is not restarted).

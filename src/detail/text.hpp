@@ -2,6 +2,8 @@
 // log readers split their fields with src/telemetry/text.hpp).
 #pragma once
 
+#include <cctype>
+#include <string>
 #include <string_view>
 
 namespace mgm::detail {
@@ -10,6 +12,12 @@ namespace mgm::detail {
 inline std::string_view trim_blanks(std::string_view s) noexcept {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+/// `s` in ASCII lower case (PCI bus ids, HTTP header names).
+inline std::string ascii_lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
 

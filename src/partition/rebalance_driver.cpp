@@ -3,7 +3,6 @@
 #include <mgm/error.hpp>
 #include <mgm/partition/rebalance_driver.hpp>
 
-#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -21,12 +20,16 @@ std::string_view kind_name(rebalance_event::kind k) noexcept {
   return "unknown";
 }
 
-std::vector<gpu_reading> readings_from(const std::vector<telemetry::device_sample>& batch, std::size_t gpus,
-                                       const std::vector<std::string>& keys, reading_options options) {
+namespace {
+
+// `readings_from`, and which GPUs the batch named (`seen`: a GPU seen and not present was reported lost).
+std::vector<gpu_reading> read_batch(const std::vector<telemetry::device_sample>& batch, std::size_t gpus,
+                                    const std::vector<std::string>& keys, reading_options options,
+                                    std::vector<bool>& seen) {
   MGM_EXPECTS(keys.empty() || keys.size() == gpus, "readings_from: " + std::to_string(keys.size()) + " keys for " +
                                                        std::to_string(gpus) + " GPUs");
   std::vector<gpu_reading> out(gpus);
-  std::vector<bool> seen(gpus, false);
+  seen.assign(gpus, false);
   for (const auto& s : batch) {
     std::size_t i = gpus;
     if (!keys.empty()) {
@@ -53,6 +56,14 @@ std::vector<gpu_reading> readings_from(const std::vector<telemetry::device_sampl
     if (!seen[i]) out[i].present = false;
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<gpu_reading> readings_from(const std::vector<telemetry::device_sample>& batch, std::size_t gpus,
+                                       const std::vector<std::string>& keys, reading_options options) {
+  std::vector<bool> seen;
+  return read_batch(batch, gpus, keys, options, seen);
 }
 
 struct rebalance_driver::impl {
@@ -192,27 +203,20 @@ rebalance_driver::reading_function rebalance_driver::from_source(std::shared_ptr
   MGM_EXPECTS(options.misses_before_lost >= 1, "rebalance_driver::from_source: misses_before_lost must be at least 1");
   auto misses = std::make_shared<std::vector<unsigned>>(gpus, 0U);
   return [source = std::move(source), gpus, keys = std::move(keys), options, misses] {
-    const auto batch = source->sample();
-    auto out = readings_from(batch, gpus, keys, options);
+    std::vector<bool> seen;
+    auto out = read_batch(source->sample(), gpus, keys, options, seen);
     for (std::size_t i = 0; i < gpus; ++i) {
       unsigned& missed = (*misses)[i];
       if (out[i].present) {
         missed = 0;
-        continue;
-      }
-      // Lost by the source's own report (NVML's GPU_IS_LOST): lost now, and while it stays away.
-      const bool reported = std::any_of(batch.begin(), batch.end(), [&](const telemetry::device_sample& s) {
-        if (!s.lost) return false;
-        if (!keys.empty()) return s.key() == keys[i];
-        return !s.mig && s.cuda_ordinal.value_or(s.index) == static_cast<int>(i);  // readings_from's rule
-      });
-      if (reported) {
+      } else if (seen[i]) {
+        missed = options.misses_before_lost;  // lost by the source's own report (NVML's GPU_IS_LOST): lost while it stays away
+      } else if (missed + 1 < options.misses_before_lost) {
+        ++missed;  // missing from the batch: no reading (its last one stands) until it has been missing long enough
+        out[i] = {true, std::nullopt, std::nullopt};
+      } else {
         missed = options.misses_before_lost;
-        continue;
       }
-      // Missing from the batch: no reading (its last one stands) until it has been missing long enough.
-      if (missed < options.misses_before_lost) ++missed;
-      if (missed < options.misses_before_lost) out[i] = {true, std::nullopt, std::nullopt};
     }
     return out;
   };

@@ -1,11 +1,13 @@
 // One HTTP GET over a plain socket (see http_get.hpp).
 #include "http_get.hpp"
 
-#include <fcntl.h>
+#include <mgm/unique_fd.hpp>
+
+#include "../detail/text.hpp"
+
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -33,21 +35,6 @@ std::string seconds_text(double s) {
   return out;
 }
 
-// A socket, closed on scope exit.
-class socket_fd {
- public:
-  explicit socket_fd(int fd) noexcept : fd_{fd} {}
-  ~socket_fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  socket_fd(const socket_fd&) = delete;
-  socket_fd& operator=(const socket_fd&) = delete;
-  [[nodiscard]] int get() const noexcept { return fd_; }
-
- private:
-  int fd_;
-};
-
 // Waits for `events` on `fd` until `deadline`: false when the time is up.
 bool wait_for(int fd, short events, std::chrono::steady_clock::time_point deadline) {
   for (;;) {
@@ -58,11 +45,6 @@ bool wait_for(int fd, short events, std::chrono::steady_clock::time_point deadli
     if (rc > 0) return true;
     if (rc < 0 && errno != EINTR) return true;  // the next call on the socket says what is wrong
   }
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 // The body of a chunked answer; false when the chunks are malformed or cut short.
@@ -144,37 +126,29 @@ http_reply http_get(const std::string& url, double timeout_s) {
   }
   // Every address within the one deadline; the error is the last address's.
   std::string connect_error = "no address";
-  int fd = -1;
+  unique_fd sock;
   const auto connect_deadline = std::chrono::steady_clock::now() + timeout;
-  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    const int s = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (s < 0) {
-      connect_error = "cannot connect: " + std::string{std::strerror(errno)};
-      continue;
-    }
-    if (::connect(s, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
-      connect_error = "cannot connect: " + std::string{std::strerror(errno)};
-      ::close(s);
-      continue;
-    }
-    if (!wait_for(s, POLLOUT, connect_deadline)) {
-      connect_error = "no connection " + within;
-      ::close(s);
-      break;  // the time is up for every address
-    }
+  for (addrinfo* a = found; a != nullptr && !sock; a = a->ai_next) {
+    unique_fd s{::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol)};
     int error = 0;
-    socklen_t len = sizeof error;
-    if (::getsockopt(s, SOL_SOCKET, SO_ERROR, &error, &len) != 0) error = errno;
+    if (!s || (::connect(s.get(), a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS)) {
+      error = errno;
+    } else if (!wait_for(s.get(), POLLOUT, connect_deadline)) {
+      connect_error = "no connection " + within;
+      break;  // the time is up for every address
+    } else {
+      socklen_t len = sizeof error;
+      if (::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &error, &len) != 0) error = errno;
+    }
     if (error != 0) {
       connect_error = "cannot connect: " + std::string{std::strerror(error)};
-      ::close(s);
       continue;
     }
-    fd = s;
+    sock = std::move(s);
   }
   ::freeaddrinfo(found);
-  if (fd < 0) throw bad(connect_error);
-  const socket_fd sock{fd};
+  if (!sock) throw bad(connect_error);
+  const int fd = sock.get();
 
   const std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + authority +
                               "\r\nUser-Agent: mgm\r\nAccept: application/json\r\nConnection: close\r\n\r\n";
@@ -209,11 +183,9 @@ http_reply http_get(const std::string& url, double timeout_s) {
       at = eol + 2;
       const std::size_t c = line.find(':');
       if (c == std::string::npos) continue;
-      const std::string name = lower(line.substr(0, c));
-      std::string value = line.substr(c + 1);
-      value.erase(0, value.find_first_not_of(" \t"));
-      value.erase(value.find_last_not_of(" \t") + 1);
-      if (name == "transfer-encoding" && lower(value).find("chunked") != std::string::npos) chunked = true;
+      const std::string name = mgm::detail::ascii_lower(line.substr(0, c));
+      const std::string value{mgm::detail::trim_blanks(std::string_view{line}.substr(c + 1))};
+      if (name == "transfer-encoding" && mgm::detail::ascii_lower(value).find("chunked") != std::string::npos) chunked = true;
       if (name == "content-length") {
         if (value.empty() || value.size() > 12 || value.find_first_not_of("0123456789") != std::string::npos) {
           throw bad("the answer's Content-Length is not a size");
@@ -222,18 +194,22 @@ http_reply http_get(const std::string& url, double timeout_s) {
       }
     }
   };
-  const auto complete = [&] {
-    if (head_end == std::string::npos) return false;
+  // Whether the body has all its bytes: its length, or its last chunk (then decoded into reply).
+  bool whole = false;
+  const auto check_whole = [&] {
     const std::string_view body = std::string_view{answer}.substr(head_end + 4);
     if (chunked) {
-      std::string ignored;  // the last chunk and the trailers' end: "0\r\n...\r\n\r\n"
-      return body.size() >= 5 && body.substr(body.size() - 4) == "\r\n\r\n" && unchunk(body, ignored);
+      // Only where the bytes end as the last chunk does ("0\r\n...\r\n\r\n") is decoding worth trying.
+      if (body.size() < 5 || body.substr(body.size() - 4) != "\r\n\r\n") return;
+      reply.body.clear();
+      whole = unchunk(body, reply.body);
+    } else if (length) {
+      whole = body.size() >= *length;
     }
-    return length && body.size() >= *length;
   };
   char buffer[16384];
   const auto answer_deadline = std::chrono::steady_clock::now() + timeout;
-  while (!complete()) {
+  while (!whole) {
     if (!wait_for(fd, POLLIN, answer_deadline)) {
       throw bad(answer.empty() ? "no answer " + within : "the answer did not arrive whole " + within);
     }
@@ -245,20 +221,22 @@ http_reply http_get(const std::string& url, double timeout_s) {
     if (answer.size() > max_answer_bytes + 65536) throw bad("the answer is over 256 MiB");
     if (head_end == std::string::npos) {
       head_end = answer.find("\r\n\r\n");
-      if (head_end != std::string::npos) parse_head();
+      if (head_end == std::string::npos) continue;
+      parse_head();
     }
+    check_whole();
   }
   if (head_end == std::string::npos) {
     throw bad(answer.empty() ? "the server closed the connection without an answer" : "the answer is not HTTP");
   }
   const std::string_view body = std::string_view{answer}.substr(head_end + 4);
   if (chunked) {
-    if (!unchunk(body, reply.body)) throw bad("the answer's chunks are malformed or cut short");
+    if (!whole) throw bad("the answer's chunks are malformed or cut short");
   } else if (length) {
-    if (body.size() < *length) throw bad("the answer was cut short");
+    if (!whole) throw bad("the answer was cut short");
     reply.body = body.substr(0, *length);
   } else {
-    reply.body = body;
+    reply.body = body;  // to the server's close
   }
   if (reply.body.size() > max_answer_bytes) throw bad("the answer is over 256 MiB");
   return reply;

@@ -8,18 +8,23 @@
 
 #include <algorithm>
 #include <charconv>
-#include <system_error>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <tuple>
 
 namespace mgm::telemetry {
 
 namespace {
 
-std::string text_at(const nlohmann::json& object, const char* key);
+// `object[key]` where it is a string; else "".
+std::string text_at(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return {};
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string{};
+}
 
 std::string label(const nlohmann::json& metric, std::initializer_list<const char*> names) {
   for (const char* n : names) {
@@ -34,13 +39,6 @@ double number_of(const std::string& text) {
   double v = -1.0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   return ec == std::errc{} && end == text.data() + text.size() ? v : -1.0;
-}
-
-// `object[key]` where it is a string; else "".
-std::string text_at(const nlohmann::json& object, const char* key) {
-  if (!object.is_object()) return {};
-  const auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string{};
 }
 
 // The instant vector `query` evaluates to now.

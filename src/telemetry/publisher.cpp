@@ -150,7 +150,7 @@ std::mutex g_write_mutex;
 
 // Registers the fork handlers below, once, before this file's locks are first used: by the first
 // publisher, `start_publishing` or `read_published`.
-void ensure_fork_handlers() noexcept;
+void ensure_fork_handlers();
 
 }  // namespace
 
@@ -301,7 +301,7 @@ void after_fork_in_child() noexcept {
 
 namespace {
 
-void ensure_fork_handlers() noexcept {
+void ensure_fork_handlers() {
   static const int at_fork = [] {
     (void)registered_pools();  // the pool list's own handler first: its lock is taken after these
     return ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
@@ -312,8 +312,7 @@ void ensure_fork_handlers() noexcept {
 }  // namespace
 
 void start_publishing() {
-  install_pool_observer();
-  ensure_fork_handlers();
+  install_pool_observer();  // the publisher's constructor registers the fork handlers
   const std::lock_guard lock{g_publisher_mutex};
   auto& p = global_publisher();
   if (!p) p = std::make_unique<publisher>();

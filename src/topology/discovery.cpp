@@ -8,12 +8,12 @@
 #include <mgm/topology/discovery.hpp>
 
 #include "../detail/fmt.hpp"
+#include "../detail/text.hpp"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <string>
@@ -61,11 +61,6 @@ std::string read_line(const std::string& path) {
   std::ifstream in{path};
   std::string s;
   std::getline(in, s);
-  return s;
-}
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
 
@@ -131,7 +126,7 @@ topology discover_topology() {
           nvml_pci_info remote{};
           if (ml.nvlink_state(ha, l, &active) != 0 || active == 0) continue;
           if (ml.nvlink_remote_pci(ha, l, &remote) != 0) continue;
-          if (lower(remote.bus_id) == lower(gpus[static_cast<std::size_t>(b)].pci_bus_id)) ++links;
+          if (detail::ascii_lower(remote.bus_id) == detail::ascii_lower(gpus[static_cast<std::size_t>(b)].pci_bus_id)) ++links;
         }
       }
       if (links > 0) {

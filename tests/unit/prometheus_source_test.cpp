@@ -3,6 +3,7 @@
 // answer, a body cut short, silence). The real Prometheus is in tests/cluster/prometheus_test.py.
 #include <mgm/partition/rebalance_driver.hpp>
 #include <mgm/telemetry/prometheus_source.hpp>
+#include <mgm/unique_fd.hpp>
 
 #include <catch2/catch.hpp>
 #include <netinet/in.h>
@@ -16,11 +17,26 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace tel = mgm::telemetry;
 
 namespace {
+
+// A TCP socket bound to a port of 127.0.0.1 the system picked, and that port.
+std::pair<mgm::unique_fd, int> bound_loopback() {
+  mgm::unique_fd fd{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  REQUIRE(fd);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  return {std::move(fd), ntohs(a.sin_port)};
+}
 
 // Answers each of its connections, in turn, with the next of `answers` (raw bytes; an empty one
 // keeps the connection open and silent until the peer leaves; one after `keep_open` stays open
@@ -28,22 +44,13 @@ namespace {
 class http_peer {
  public:
   explicit http_peer(std::vector<std::string> answers) : answers_{std::move(answers)} {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd_ >= 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-    port_ = ntohs(a.sin_port);
-    REQUIRE(::listen(fd_, 8) == 0);
+    std::tie(fd_, port_) = bound_loopback();
+    REQUIRE(::listen(fd_.get(), 8) == 0);
     thread_ = std::thread{[this] { serve(); }};
   }
   ~http_peer() {
-    ::shutdown(fd_, SHUT_RDWR);  // ends a pending accept
+    ::shutdown(fd_.get(), SHUT_RDWR);  // ends a pending accept
     thread_.join();
-    ::close(fd_);
   }
   http_peer(const http_peer&) = delete;
   http_peer& operator=(const http_peer&) = delete;
@@ -59,7 +66,7 @@ class http_peer {
  private:
   void serve() {
     for (const auto& answer : answers_) {
-      const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      const int c = ::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
       if (c < 0) return;
       std::string head;
       char buf[4096];
@@ -88,7 +95,7 @@ class http_peer {
   }
 
   std::vector<std::string> answers_;
-  int fd_{-1};
+  mgm::unique_fd fd_;
   int port_{0};
   std::thread thread_;
   mutable std::mutex mutex_;
@@ -241,17 +248,12 @@ TEST_CASE("prometheus source: what cannot be read or planned over is an error na
 }
 
 TEST_CASE("prometheus source: no server, a silent one, and URLs it cannot use", "[telemetry][prometheus]") {
-  int closed = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // bound, never listening: refuses
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(closed, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  REQUIRE(::getsockname(closed, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  const std::string down = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-  CHECK(error_of([&] { (void)tel::read_prometheus({down, "", "node", 5.0}); })
-            .find("cannot reach Prometheus at " + down + ": cannot connect: Connection refused") != std::string::npos);
-  ::close(closed);
+  {
+    const auto [closed, port] = bound_loopback();  // bound, never listening: refuses
+    const std::string down = "http://127.0.0.1:" + std::to_string(port);
+    CHECK(error_of([&] { (void)tel::read_prometheus({down, "", "node", 5.0}); })
+              .find("cannot reach Prometheus at " + down + ": cannot connect: Connection refused") != std::string::npos);
+  }
 
   http_peer silent{{std::string{}}};
   const auto began = std::chrono::steady_clock::now();

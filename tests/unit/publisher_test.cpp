@@ -59,6 +59,45 @@ fs::path fresh_dir(const char* what) {
   return d;
 }
 
+// What became of the children `fork_beside` forked.
+struct fork_tally {
+  int hung{0};    // killed by their alarm
+  int failed{0};  // `in_child` said no, or no child could be forked
+};
+
+// Runs `work` over and over on a thread while `times` children are forked, `pause` apart, each
+// running `in_child` (true: it worked) under a 10 s alarm and leaving by _exit.
+template <class Work, class Child>
+fork_tally fork_beside(Work work, int times, std::chrono::microseconds pause, Child in_child) {
+  std::atomic<bool> stop{false};
+  std::thread busy{[&] {
+    while (!stop.load()) {
+      work();
+      std::this_thread::sleep_for(std::chrono::microseconds{20});  // the forking thread gets its turn
+    }
+  }};
+  fork_tally t;
+  for (int i = 0; i < times; ++i) {
+    std::this_thread::sleep_for(pause);
+    const pid_t kid = ::fork();
+    if (kid < 0) {  // no REQUIRE while `busy` runs: its thread must be joined first
+      ++t.failed;
+      break;
+    }
+    if (kid == 0) {
+      ::alarm(10);  // a hang is a failure, not a test that never ends
+      ::_exit(in_child() ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(kid, &status, 0);
+    if (WIFSIGNALED(status)) ++t.hung;
+    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++t.failed;
+  }
+  stop = true;
+  busy.join();
+  return t;
+}
+
 // The child process of tests/publisher_child.cpp, with pipes to its stdin and stdout.
 class child {
  public:
@@ -291,38 +330,14 @@ TEST_CASE("publisher: forks while another thread publishes leave each child a pr
   ::setenv("MGM_PUBLISH_DIR", dir.c_str(), 1);
   tel::start_publishing();
   ::unsetenv("MGM_PUBLISH_DIR");
-  int hung = 0, failed = 0;
+  fork_tally t;
   {
     tel::publisher busy{std::chrono::milliseconds{100}, dir};
-    std::atomic<bool> stop{false};
-    std::thread writer{[&] {
-      while (!stop.load()) {
-        busy.publish_now();
-        std::this_thread::sleep_for(std::chrono::microseconds{20});  // the forking thread gets its turn
-      }
-    }};
-    for (int i = 0; i < 10; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds{2});
-      const pid_t kid = ::fork();
-      if (kid < 0) {  // no REQUIRE while the writer runs: its thread must be joined first
-        ++failed;
-        break;
-      }
-      if (kid == 0) {
-        ::alarm(10);
-        const auto seen = tel::read_published(dir);  // allocates, and opens files
-        ::_exit(seen.size() == 2 ? 0 : 1);
-      }
-      int status = 0;
-      ::waitpid(kid, &status, 0);
-      if (WIFSIGNALED(status)) ++hung;
-      else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
-    }
-    stop = true;
-    writer.join();
+    t = fork_beside([&] { busy.publish_now(); }, 10, std::chrono::milliseconds{2},
+                    [&] { return tel::read_published(dir).size() == 2; });  // allocates, and opens files
   }  // the second publisher gone, and its thread with it
-  CHECK(hung == 0);
-  CHECK(failed == 0);
+  CHECK(t.hung == 0);
+  CHECK(t.failed == 0);
   tel::stop_publishing();
   fs::remove_all(dir);
 }
@@ -336,35 +351,12 @@ TEST_CASE("pool list: a fork while another thread reads the list leaves the chil
                                 std::this_thread::sleep_for(std::chrono::microseconds{200});
                                 return mgm::pool_figures{1, 2};
                               }};
-  std::atomic<bool> stop{false};
-  std::thread reader{[&stop] {
-    while (!stop.load()) {
-      (void)mgm::registered_pools();
-      std::this_thread::sleep_for(std::chrono::microseconds{20});  // the forking thread gets its turn
-    }
-  }};
-  int hung = 0, failed = 0;
-  for (int i = 0; i < 10; ++i) {
-    std::this_thread::sleep_for(std::chrono::microseconds{150});
-    const pid_t kid = ::fork();
-    if (kid < 0) {  // no REQUIRE while the reader runs: its thread must be joined first
-      ++failed;
-      break;
-    }
-    if (kid == 0) {
-      ::alarm(10);  // a hang is a failure, not a test that never ends
-      mgm::pool_registration mine{mgm::device_id{1}, true, [] { return mgm::pool_figures{3, 4}; }};
-      const auto pools = mgm::registered_pools();  // the parent's slow pool is listed, and answers
-      mine.reset();
-      ::_exit(pools.size() == 2 ? 0 : 1);
-    }
-    int status = 0;
-    ::waitpid(kid, &status, 0);
-    if (WIFSIGNALED(status)) ++hung;
-    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
-  }
-  stop = true;
-  reader.join();
-  CHECK(hung == 0);
-  CHECK(failed == 0);
+  const auto t = fork_beside([] { (void)mgm::registered_pools(); }, 10, std::chrono::microseconds{150}, [] {
+    mgm::pool_registration mine{mgm::device_id{1}, true, [] { return mgm::pool_figures{3, 4}; }};
+    const auto pools = mgm::registered_pools();  // the parent's slow pool is listed, and answers
+    mine.reset();
+    return pools.size() == 2;
+  });
+  CHECK(t.hung == 0);
+  CHECK(t.failed == 0);
 }

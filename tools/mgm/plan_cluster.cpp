@@ -28,9 +28,6 @@ std::string range_text(const std::pair<std::size_t, std::size_t>& r) {
 }  // namespace
 
 std::vector<cluster_gpu> read_cluster_gpus(const cluster_plan_options& o, std::string& source) {
-  if (!o.selector.empty() && (o.selector.front() != '{' || o.selector.back() != '}')) {
-    throw tool_error{exit_bad_input, "--selector " + o.selector + ": give label matchers in braces, such as {job=\"gpu\"}"};
-  }
   mgm::telemetry::prometheus_reading reading;
   try {
     reading = mgm::telemetry::read_prometheus({o.prometheus, o.selector, o.node_label, o.timeout_s});
